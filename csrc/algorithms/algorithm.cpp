@@ -1,0 +1,51 @@
+#include "algorithms/algorithm.h"
+
+#include <ATen/core/jit_type.h>
+
+namespace fastcomm {
+
+namespace {
+
+c10::intrusive_ptr<c10::ivalue::Future> new_tensor_list_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+}
+
+}  // namespace
+
+Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::vector<at::Tensor> results) {
+  Launched out;
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  for (auto& part : parts) {
+    TORCH_INTERNAL_ASSERT(part.future, "fastcomm: then_run needs futures (p2p works cannot be chained)");
+    futures.push_back(part.future);
+    out.works.insert(out.works.end(), part.works.begin(), part.works.end());
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> all;
+  if (futures.size() == 1) {
+    all = futures[0];
+  } else {
+    c10::List<c10::intrusive_ptr<c10::ivalue::Future>> list(c10::FutureType::create(c10::ListType::ofTensors()));
+    for (auto& f : futures) list.push_back(f);
+    all = c10::collectAll(list);
+  }
+  out.future = all->then(
+      [futures, step = std::move(step), results = std::move(results)](c10::ivalue::Future& done) -> c10::IValue {
+        done.value();  // rethrows collectAll's own error
+        for (const auto& f : futures) {
+          if (f->hasError()) std::rethrow_exception(f->exception_ptr());
+        }
+        if (step) step();
+        return c10::IValue(results);
+      },
+      c10::ListType::ofTensors());
+  return out;
+}
+
+Launched completed(std::vector<at::Tensor> results) {
+  Launched out;
+  out.future = new_tensor_list_future();
+  out.future->markCompleted(c10::IValue(std::move(results)));
+  return out;
+}
+
+}  // namespace fastcomm

@@ -1,0 +1,54 @@
+// The algorithm seam of the backend.
+//
+// The backend turns each call into a Collective and hands it to the Dispatcher,
+// which asks its algorithms in order and launches the first one that accepts.
+// An algorithm either does the work itself or rewrites the collective into
+// simpler ones and launches those through the dispatcher (e.g. AVG = SUM then a
+// divide); a rewrite must produce collectives it no longer accepts itself.
+//
+// Contract of launch(): it must not block on peers. It returns a Launched whose
+// future completes (with Collective::result_tensors()) once the outputs are
+// final, or with the error that stopped it. P2P delegates have no future; their
+// `works` are waited directly.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/collective.h"
+
+namespace fastcomm {
+
+struct Launched {
+  c10::intrusive_ptr<c10::ivalue::Future> future;        // null only for delegated p2p
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;      // what runs underneath, for abort()
+};
+
+class Dispatcher;
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  // Stable, descriptive name (e.g. "avg_via_sum"); shown by algorithm_counts().
+  virtual const char* name() const = 0;
+  // True when this algorithm can run `c` (device, op, dtype, size, layout).
+  virtual bool accepts(const Collective& c) const = 0;
+  virtual Launched launch(Collective& c, Dispatcher& dispatcher) = 0;
+};
+
+// A future for `results` that completes once every future in `parts` has, after
+// running `step` (if any) on the thread that completed the last part. The first
+// error among the parts (or thrown by `step`) becomes the future's error.
+Launched then_run(
+    std::vector<Launched> parts,
+    std::function<void()> step,
+    std::vector<at::Tensor> results);
+
+// A future already completed with `results`; for collectives with nothing to do.
+Launched completed(std::vector<at::Tensor> results);
+
+}  // namespace fastcomm

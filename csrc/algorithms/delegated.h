@@ -1,0 +1,25 @@
+// delegated: hands the collective, unchanged, to another c10d::Backend.
+//
+// fastcomm holds one internal Gloo backend for CPU tensors and, when torch has
+// NCCL and a GPU, one NCCL backend for CUDA tensors (both built in Python over a
+// PrefixStore of this group's store). This is the transport of last resort: it
+// accepts every collective on its device, so it is registered last.
+// Bytes moved: whatever the delegate's algorithm moves (Gloo: ring/halving-doubling
+// over TCP; NCCL: rings/trees over NVLink/IB).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include "algorithms/algorithm.h"
+
+namespace fastcomm {
+
+std::unique_ptr<Algorithm> make_delegated(
+    std::string name,
+    c10::DeviceType device,
+    c10::intrusive_ptr<c10d::Backend> backend);
+
+}  // namespace fastcomm

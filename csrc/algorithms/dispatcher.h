@@ -1,0 +1,37 @@
+// Chooses an algorithm per collective: the first registered one that accepts.
+//
+// Order matters: adapters (rewrites such as avg_via_sum) come before the
+// transports that finally move bytes (the delegated Gloo/NCCL backends). The
+// dispatcher counts launches per algorithm name so tests and benchmarks can see
+// which path ran. Thread-safety: launch() may be called from several threads
+// (user thread, completion callbacks); the algorithm list is fixed after setup.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+
+namespace fastcomm {
+
+class Dispatcher {
+ public:
+  void add(std::unique_ptr<Algorithm> algorithm);
+  Launched launch(Collective& c);
+  // Name of the algorithm launch(c) would pick; throws like launch when none does.
+  std::string choose_name(const Collective& c) const;
+  std::vector<std::string> names() const;
+  std::map<std::string, int64_t> counts() const;
+
+ private:
+  Algorithm& choose(const Collective& c) const;
+
+  std::vector<std::unique_ptr<Algorithm>> algorithms_;
+  mutable std::mutex counts_mutex_;
+  std::map<std::string, int64_t> counts_;
+};
+
+}  // namespace fastcomm

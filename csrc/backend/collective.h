@@ -1,0 +1,64 @@
+// One collective call, as the backend hands it to an algorithm.
+//
+// The backend validates the user's arguments, then copies them into a
+// Collective. Which fields are used depends on `type` (c10d::OpType):
+//   BROADCAST, ALLREDUCE, REDUCE, SEND, RECV, RECVANYSOURCE: inputs = {tensor}
+//   ALLREDUCE_COALESCED: inputs = the tensors, reduced in place
+//   ALLGATHER: inputs = {input}, output_lists = {world_size outputs}
+//   _ALLGATHER_BASE: inputs = {input}, outputs = {world_size * input}
+//   ALLGATHER_COALESCED (allgather_into_tensor_coalesced): inputs[i] -> outputs[i]
+//   GATHER: inputs = {input}, output_lists = {world_size outputs} on root, {} elsewhere
+//   SCATTER: outputs = {output}, input_lists = {world_size inputs} on root, {} elsewhere
+//   REDUCE_SCATTER: outputs = {output}, input_lists = {world_size inputs}
+//   _REDUCE_SCATTER_BASE: inputs = {world_size * output}, outputs = {output}
+//   REDUCE_SCATTER_TENSOR_COALESCED: inputs[i] -> outputs[i]
+//   ALLTOALL_BASE: inputs = {input}, outputs = {output}, *_splits (dim-0 rows; empty = even)
+//   ALLTOALL: inputs = world_size tensors, outputs = world_size tensors
+//   BARRIER: no tensors
+// `peer` is the root rank for rooted collectives and the peer for p2p.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace fastcomm {
+
+struct Collective {
+  c10d::OpType type = c10d::OpType::UNKNOWN;
+  const char* name = "";  // the user-facing op name, for messages
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+  std::vector<std::vector<at::Tensor>> input_lists;
+  std::vector<std::vector<at::Tensor>> output_lists;
+  c10d::ReduceOp reduce_op = c10d::ReduceOp::SUM;
+  int64_t peer = 0;
+  int tag = 0;
+  std::vector<int64_t> input_splits;
+  std::vector<int64_t> output_splits;
+  std::chrono::milliseconds timeout{0};  // always set (group timeout when the call gave none)
+  c10::DeviceType device = c10::DeviceType::CPU;
+
+  // Every tensor this call touches (inputs first), for checks that apply to all.
+  std::vector<at::Tensor> all_tensors() const;
+  // The tensors whose contents the user sees after completion, in a fixed order.
+  std::vector<at::Tensor> result_tensors() const;
+  // The dtype of the data (first tensor found); Undefined for a barrier.
+  at::ScalarType dtype() const;
+  bool is_reduction() const;
+  bool is_p2p() const;
+  // True when the op writes its results into `inputs` (allreduce, broadcast, reduce, recv).
+  bool is_in_place() const;
+  // The tensors the op writes: `inputs` for in-place ops, else outputs and output_lists.
+  std::vector<at::Tensor> written_tensors() const;
+};
+
+// A copy of `c` with every tensor replaced by fn(tensor); lists keep their shape.
+Collective map_tensors(const Collective& c, const std::function<at::Tensor(const at::Tensor&)>& fn);
+
+}  // namespace fastcomm

@@ -1,0 +1,128 @@
+#include "backend/work.h"
+
+#include <thread>
+
+#include <ATen/core/jit_type.h>
+
+#include "common/errors.h"
+
+namespace fastcomm {
+
+FastcommWork::FastcommWork(
+    int rank,
+    c10d::OpType type,
+    const char* op_name,
+    uint64_t sequence_number,
+    std::chrono::milliseconds timeout,
+    Launched launched,
+    std::vector<at::Tensor> results)
+    : c10d::Work(rank, type),
+      op_name_(op_name),
+      sequence_number_(sequence_number),
+      timeout_(timeout),
+      launched_(std::move(launched)),
+      results_(std::move(results)),
+      completion_(std::make_shared<Completion>()) {
+  if (launched_.future) {
+    auto completion = completion_;
+    launched_.future->addCallback([completion](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(completion->mutex);
+      completion->done = true;
+      completion->cv.notify_all();
+    });
+  }
+}
+
+bool FastcommWork::isCompleted() {
+  if (launched_.future) return launched_.future->completed();
+  for (auto& w : launched_.works) {
+    if (!w->isCompleted()) return false;
+  }
+  return true;
+}
+
+bool FastcommWork::isSuccess() const {
+  if (launched_.future) return launched_.future->completed() && !launched_.future->hasError();
+  for (const auto& w : launched_.works) {
+    if (!w->isSuccess()) return false;
+  }
+  return true;
+}
+
+std::exception_ptr FastcommWork::exception() const {
+  if (launched_.future) return launched_.future->hasError() ? launched_.future->exception_ptr() : nullptr;
+  for (const auto& w : launched_.works) {
+    if (auto e = w->exception()) return e;
+  }
+  return nullptr;
+}
+
+int FastcommWork::sourceRank() const {
+  TORCH_CHECK(launched_.works.size() == 1, "fastcomm ", op_name_, ": sourceRank() is only defined for recv");
+  return launched_.works[0]->sourceRank();
+}
+
+std::vector<at::Tensor> FastcommWork::result() {
+  return results_;
+}
+
+void FastcommWork::throw_timeout(std::chrono::milliseconds timeout) const {
+  FC_THROW_BACKEND_ERROR(op_name_, "timed out after ", timeout.count(), " ms (sequence number ", sequence_number_,
+                         "); a peer has not joined this collective or died");
+}
+
+bool FastcommWork::wait_future(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock<std::mutex> lock(completion_->mutex);
+    if (!completion_->cv.wait_for(lock, timeout, [this] { return completion_->done; })) {
+      throw_timeout(timeout);
+    }
+  }
+  if (launched_.future->hasError()) std::rethrow_exception(launched_.future->exception_ptr());
+  return true;
+}
+
+bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
+  for (auto& w : launched_.works) w->wait(timeout);
+  return true;
+}
+
+bool FastcommWork::wait(std::chrono::milliseconds timeout) {
+  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  return launched_.future ? wait_future(limit) : wait_works(limit);
+}
+
+void FastcommWork::synchronize() {
+  for (auto& w : launched_.works) w->synchronize();
+}
+
+void FastcommWork::abort() {
+  for (auto& w : launched_.works) w->abort();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> FastcommWork::getFuture() {
+  if (launched_.future) return launched_.future;
+  std::lock_guard<std::mutex> lock(p2p_future_mutex_);
+  if (!p2p_future_) {
+    p2p_future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    auto future = p2p_future_;
+    auto works = launched_.works;
+    auto results = results_;
+    auto timeout = timeout_;
+    std::thread([future, works, results, timeout]() {
+      try {
+        for (auto& w : works) w->wait(timeout);
+        future->markCompleted(c10::IValue(results));
+      } catch (...) {
+        future->setError(std::current_exception());
+      }
+    }).detach();
+  }
+  return p2p_future_;
+}
+
+uint64_t FastcommWork::getSequencenumber() const {
+  return sequence_number_;
+}
+
+}  // namespace fastcomm

@@ -1,0 +1,71 @@
+// The Work fastcomm returns for every call.
+//
+// Contract (as torch documents for Work):
+//  - wait(timeout) blocks until the collective is done or `timeout` (the op's
+//    or else the group's) passes; it rethrows the collective's error, and on
+//    timeout throws DistBackendError naming the op and sequence number.
+//  - getFuture() completes with the output tensors (a list), which is what
+//    DDP's reducer and torch's comm hooks read. For p2p ops, whose delegated
+//    works have no future, a future is made on first request and completed by
+//    a helper thread that waits for the work (bounded by the group timeout).
+//  - getSequencenumber() is the group-wide sequence number of the call.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "algorithms/algorithm.h"
+
+namespace fastcomm {
+
+class FastcommWork final : public c10d::Work {
+ public:
+  FastcommWork(
+      int rank,
+      c10d::OpType type,
+      const char* op_name,
+      uint64_t sequence_number,
+      std::chrono::milliseconds timeout,
+      Launched launched,
+      std::vector<at::Tensor> results);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override;
+
+ private:
+  // Signalled by the future's completion callback; shared so the callback may
+  // outlive this Work.
+  struct Completion {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+
+  bool wait_future(std::chrono::milliseconds timeout);
+  bool wait_works(std::chrono::milliseconds timeout);
+  [[noreturn]] void throw_timeout(std::chrono::milliseconds timeout) const;
+
+  const char* op_name_;
+  uint64_t sequence_number_;
+  std::chrono::milliseconds timeout_;
+  Launched launched_;
+  std::vector<at::Tensor> results_;
+  std::shared_ptr<Completion> completion_;
+  std::mutex p2p_future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> p2p_future_;
+};
+
+}  // namespace fastcomm

@@ -1,0 +1,66 @@
+"""Creation of the fastcomm c10d backend (called by torch.distributed per group).
+
+Each process group gets its own ProcessGroupFastcomm, with its own internal Gloo
+backend (CPU transport and fallback) and, where torch has NCCL and a GPU, an
+internal NCCL backend for CUDA tensors. The delegates live under prefixes of the
+group's store, so they never collide with the group's own keys or other groups.
+"""
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from fastcomm import _C
+from fastcomm._options import Options, read_options
+
+BACKEND_NAME = "fastcomm"
+
+
+def _cuda_unavailable_reason() -> str:
+    """Empty when CUDA collectives can run; otherwise why they cannot."""
+    if not dist.is_nccl_available():
+        return "this torch build has no NCCL"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible"
+    return ""
+
+
+def _make_gloo(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options):
+    gloo_options = dist.ProcessGroupGloo._Options()
+    gloo_options._timeout = timeout
+    gloo_options._devices = [dist.ProcessGroupGloo.create_default_device()]
+    gloo_options._threads = options.gloo_threads
+    return dist.ProcessGroupGloo(dist.PrefixStore("fastcomm/gloo/", store), rank, size, gloo_options)
+
+
+def _make_nccl(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta):
+    nccl_options = dist.ProcessGroupNCCL.Options()
+    nccl_options._timeout = timeout
+    return dist.ProcessGroupNCCL(dist.PrefixStore("fastcomm/nccl/", store), rank, size, nccl_options)
+
+
+def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcomm:
+    """The creator registered with ``dist.Backend.register_backend(..., extended_api=True)``.
+
+    ``dist_options`` carries store, group_rank, group_size and timeout;
+    ``backend_options`` (the ``pg_options`` of init_process_group) is unused today.
+    """
+    store = dist_options.store
+    rank, size = dist_options.group_rank, dist_options.group_size
+    timeout = dist_options.timeout
+    options = read_options()
+    gloo = _make_gloo(store, rank, size, timeout, options)
+    reason = _cuda_unavailable_reason()
+    nccl = _make_nccl(store, rank, size, timeout) if not reason else None
+    return _C.ProcessGroupFastcomm(store, rank, size, timeout, gloo, nccl, reason)
+
+
+def fastcomm_backend(group: dist.ProcessGroup | None = None) -> _C.ProcessGroupFastcomm:
+    """The ProcessGroupFastcomm behind ``group`` (default: the default group)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, _C.ProcessGroupFastcomm):
+        raise ValueError(f"fastcomm_backend: group {pg.group_name!r} is not a fastcomm group (got {type(backend).__name__})")
+    return backend
