@@ -52,7 +52,9 @@ def _extension():
     cuda_home = _find_cuda_home()
     with_cuda = _want_cuda(cuda_home)
     cpu_sources = [s for s in _sources("csrc/**/*.cpp") if "/cuda/" not in s]
-    cxx_flags = ["-O3", "-std=c++17", "-Wall", "-Wno-unused-parameter"]
+    # No -std flag: torch.utils.cpp_extension picks the standard its headers need
+    # (C++17 for torch 2.13, C++20 for 2.14).
+    cxx_flags = ["-O3", "-Wall", "-Wno-unused-parameter"]
     define_macros = [("FASTCOMM_WITH_CUDA", "1" if with_cuda else "0")]
     include_dirs = [os.path.join(ROOT, "csrc")]
     if not with_cuda:
@@ -80,7 +82,7 @@ def _extension():
         cpu_sources + cuda_sources,
         include_dirs=include_dirs,
         define_macros=define_macros,
-        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
+        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
     )
 
 

@@ -1,5 +1,7 @@
 #include "algorithms/algorithm.h"
 
+#include <thread>
+
 #include <ATen/core/jit_type.h>
 
 namespace fastcomm {
@@ -39,6 +41,24 @@ Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::
       },
       c10::ListType::ofTensors());
   return out;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
+    c10::intrusive_ptr<c10d::Work> work,
+    std::vector<at::Tensor> results,
+    std::chrono::milliseconds timeout) {
+  auto future = new_tensor_list_future();
+  // Detached: the thread owns what it touches and ends when the work completes,
+  // fails or times out, so it cannot outlive the group timeout.
+  std::thread([future, work, results, timeout]() {
+    try {
+      work->wait(timeout);
+      future->markCompleted(c10::IValue(results));
+    } catch (...) {
+      future->setError(std::current_exception());
+    }
+  }).detach();
+  return future;
 }
 
 Launched completed(std::vector<at::Tensor> results) {

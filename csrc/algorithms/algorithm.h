@@ -12,6 +12,7 @@
 // `works` are waited directly.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -47,6 +48,13 @@ Launched then_run(
     std::vector<Launched> parts,
     std::function<void()> step,
     std::vector<at::Tensor> results);
+
+// A future for `results` completed by a helper thread that waits for `work`
+// (at most `timeout`); for delegate works that have no future of their own.
+c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
+    c10::intrusive_ptr<c10d::Work> work,
+    std::vector<at::Tensor> results,
+    std::chrono::milliseconds timeout);
 
 // A future already completed with `results`; for collectives with nothing to do.
 Launched completed(std::vector<at::Tensor> results);

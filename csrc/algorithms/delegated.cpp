@@ -25,7 +25,15 @@ class Delegated final : public Algorithm {
     out.works.push_back(work);
     if (c.is_p2p()) return out;  // Gloo's send/recv works have no future
     auto result = c.result_tensors();
-    out.future = work->getFuture()->then(
+    c10::intrusive_ptr<c10::ivalue::Future> inner;
+    try {
+      inner = work->getFuture();
+    } catch (const c10::Error&) {
+      // Some Gloo works (e.g. list reduce_scatter) implement no future.
+      out.future = future_by_waiting(work, result, c.timeout);
+      return out;
+    }
+    out.future = inner->then(
         [result](c10::ivalue::Future& done) -> c10::IValue {
           done.value();  // rethrows the delegate's error
           return c10::IValue(result);
@@ -71,7 +79,10 @@ class Delegated final : public Algorithm {
       case OpType::_ALLGATHER_BASE: {
         c10d::AllgatherOptions o;
         o.timeout = c.timeout;
-        return backend_->_allgather_base(c.outputs[0], c.inputs[0], o);
+        // Flat views: Gloo insists the output be (world_size * dim0, ...) shaped;
+        // fastcomm also accepts (world_size, *input.shape) as NCCL does.
+        at::Tensor out = c.outputs[0].view(-1), in = c.inputs[0].view(-1);
+        return backend_->_allgather_base(out, in, o);
       }
       case OpType::ALLGATHER_COALESCED: {
         c10d::AllgatherOptions o;
@@ -100,7 +111,8 @@ class Delegated final : public Algorithm {
         c10d::ReduceScatterOptions o;
         o.reduceOp = c.reduce_op;
         o.timeout = c.timeout;
-        return backend_->_reduce_scatter_base(c.outputs[0], c.inputs[0], o);
+        at::Tensor out = c.outputs[0].view(-1), in = c.inputs[0].view(-1);
+        return backend_->_reduce_scatter_base(out, in, o);
       }
       case OpType::REDUCE_SCATTER_TENSOR_COALESCED: {
         c10d::ReduceScatterOptions o;

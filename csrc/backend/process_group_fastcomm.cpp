@@ -66,7 +66,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
   FC_CHECK(c.device != c10::DeviceType::CUDA || nccl_, c.name, "CUDA tensors need NCCL: ", cuda_unavailable_reason_);
   validate(c, rank_, size_);
   c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout_ : op_timeout;
-  const uint64_t seq = ++sequence_number_;
+  // P2P calls are counted apart (as NCCL does): ranks issue different numbers
+  // of them, and the group-wide number must agree across ranks.
+  const uint64_t seq = c.is_p2p() ? ++p2p_sequence_number_ : ++sequence_number_;
   Launched launched = dispatcher_.launch(c);
   return c10::make_intrusive<FastcommWork>(rank_, c.type, c.name, seq, c.timeout, std::move(launched),
                                            c.result_tensors());

@@ -103,7 +103,8 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> nccl_;
   std::string cuda_unavailable_reason_;
   Dispatcher dispatcher_;
-  std::atomic<uint64_t> sequence_number_{0};
+  std::atomic<uint64_t> sequence_number_{0};      // collectives
+  std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv
 };
 
 }  // namespace fastcomm

@@ -1,7 +1,5 @@
 #include "backend/work.h"
 
-#include <thread>
-
 #include <ATen/core/jit_type.h>
 
 #include "common/errors.h"
@@ -83,7 +81,20 @@ bool FastcommWork::wait_future(std::chrono::milliseconds timeout) {
 }
 
 bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
-  for (auto& w : launched_.works) w->wait(timeout);
+  // A delegated p2p work must be waited at most once: a second wait on a Gloo
+  // recv waits for a second message.
+  std::unique_lock<std::mutex> lock(p2p_mutex_);
+  if (p2p_future_) {
+    auto future = p2p_future_;
+    lock.unlock();
+    future->wait();  // its waiter thread is bounded by the timeout
+    if (future->hasError()) std::rethrow_exception(future->exception_ptr());
+    return true;
+  }
+  if (!p2p_waited_) {
+    launched_.works[0]->wait(timeout);
+    p2p_waited_ = true;
+  }
   return true;
 }
 
@@ -102,21 +113,10 @@ void FastcommWork::abort() {
 
 c10::intrusive_ptr<c10::ivalue::Future> FastcommWork::getFuture() {
   if (launched_.future) return launched_.future;
-  std::lock_guard<std::mutex> lock(p2p_future_mutex_);
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
   if (!p2p_future_) {
-    p2p_future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
-    auto future = p2p_future_;
-    auto works = launched_.works;
-    auto results = results_;
-    auto timeout = timeout_;
-    std::thread([future, works, results, timeout]() {
-      try {
-        for (auto& w : works) w->wait(timeout);
-        future->markCompleted(c10::IValue(results));
-      } catch (...) {
-        future->setError(std::current_exception());
-      }
-    }).detach();
+    TORCH_INTERNAL_ASSERT(launched_.works.size() == 1, "fastcomm: p2p launches hold exactly one work");
+    p2p_future_ = p2p_waited_ ? completed(results_).future : future_by_waiting(launched_.works[0], results_, timeout_);
   }
   return p2p_future_;
 }

@@ -64,7 +64,9 @@ class FastcommWork final : public c10d::Work {
   Launched launched_;
   std::vector<at::Tensor> results_;
   std::shared_ptr<Completion> completion_;
-  std::mutex p2p_future_mutex_;
+  // P2P only (no future from the delegate): guards waiting the work once.
+  std::mutex p2p_mutex_;
+  bool p2p_waited_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> p2p_future_;
 };
 

@@ -1,0 +1,47 @@
+"""Shared pytest fixtures: rank pools for multi-process tests.
+
+`ranks` gives a RankPool of 2 or 3 processes (tests using it run at both world
+sizes); `ranks2` is 2 processes only. Pools live for the session and are
+remade when a check breaks one.
+"""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "multiproc"))
+
+from harness import RankPool  # noqa: E402
+
+_pools: dict[tuple, RankPool] = {}
+
+
+def _pool(world_size: int, env: tuple = ()) -> RankPool:
+    key = (world_size, env)
+    pool = _pools.get(key)
+    if pool is None or pool.broken:
+        pool = RankPool(world_size, dict(env))
+        _pools[key] = pool
+    return pool
+
+
+@pytest.fixture(params=[2, 3], ids=lambda n: f"ws{n}")
+def ranks(request):
+    return _pool(request.param)
+
+
+@pytest.fixture
+def ranks2():
+    return _pool(2)
+
+
+@pytest.fixture
+def ranks_detail():
+    """2 ranks with TORCH_DISTRIBUTED_DEBUG=DETAIL (collective checking wrapper on)."""
+    return _pool(2, (("TORCH_DISTRIBUTED_DEBUG", "DETAIL"),))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for pool in _pools.values():
+        pool.close()
+    _pools.clear()

@@ -1,0 +1,333 @@
+"""Checks run on every rank of a RankPool (see harness.py): each collective
+against an exact reference, for every dtype and reduce op fastcomm supports."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from reference import DTYPES, R, assert_equal, ops_for, rank_input, reduce_reference
+
+SHAPES = [(5,), (2, 3), ()]
+
+
+def all_reduce(rank, world_size):
+    for dtype in DTYPES:
+        for op in ops_for(dtype):
+            for shape in SHAPES:
+                t = rank_input(rank, shape, dtype)
+                dist.all_reduce(t, op=op)
+                expected = reduce_reference([rank_input(r, shape, dtype) for r in range(world_size)], op, dtype)
+                assert_equal(t, expected, f"all_reduce {dtype} {op} {shape}")
+
+
+def all_reduce_layouts(rank, world_size):
+    """Empty, non-contiguous, channels_last and large tensors."""
+    empty = torch.empty(0, 3)
+    dist.all_reduce(empty)
+    assert empty.shape == (0, 3)
+    for dtype in (torch.float32, torch.int16, torch.bfloat16):
+        base = rank_input(rank, (6, 4), dtype)
+        view = base[:, 1]  # stride 4: not contiguous
+        dist.all_reduce(view, op=R.SUM)
+        full = [rank_input(r, (6, 4), dtype) for r in range(world_size)]
+        expected = reduce_reference([f[:, 1] for f in full], R.SUM, dtype)
+        assert_equal(base[:, 1], expected, f"non-contiguous {dtype}")
+        assert_equal(base[:, 0], rank_input(rank, (6, 4), dtype)[:, 0], "untouched column")
+    cl = rank_input(rank, (2, 3, 4, 5), torch.float32).to(memory_format=torch.channels_last)
+    dist.all_reduce(cl, op=R.MAX)
+    ref = reduce_reference([rank_input(r, (2, 3, 4, 5), torch.float32) for r in range(world_size)], R.MAX, torch.float32)
+    assert_equal(cl.contiguous(), ref, "channels_last")
+    big = rank_input(rank, (1 << 20,), torch.float32)
+    dist.all_reduce(big)
+    ref = reduce_reference([rank_input(r, (1 << 20,), torch.float32) for r in range(world_size)], R.SUM, torch.float32)
+    assert_equal(big, ref, "1M floats")
+
+
+def all_reduce_async(rank, world_size):
+    t = rank_input(rank, (7,), torch.float32)
+    work = dist.all_reduce(t, op=R.SUM, async_op=True)
+    value = work.get_future().wait()
+    work.wait()
+    assert work.is_completed() and work.is_success()
+    expected = reduce_reference([rank_input(r, (7,), torch.float32) for r in range(world_size)], R.SUM, torch.float32)
+    assert isinstance(value, list) and len(value) == 1
+    assert_equal(value[0], expected, "future value")
+    assert_equal(t, expected, "in place")
+    # then() chaining as comm hooks do it, with AVG going through fastcomm's divide
+    t = rank_input(rank, (7,), torch.float64)
+    fut = dist.all_reduce(t, op=R.AVG, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    expected = reduce_reference([rank_input(r, (7,), torch.float64) for r in range(world_size)], R.AVG, torch.float64)
+    assert_equal(fut.wait(), expected * 2, "then()")
+    # many in flight at once complete in order of issue
+    tensors = [rank_input(rank, (3,), torch.int32, salt=i) for i in range(20)]
+    works = [dist.all_reduce(x, async_op=True) for x in tensors]
+    for i, (x, w) in enumerate(zip(tensors, works)):
+        w.wait()
+        ref = reduce_reference([rank_input(r, (3,), torch.int32, salt=i) for r in range(world_size)], R.SUM, torch.int32)
+        assert_equal(x, ref, f"in flight {i}")
+
+
+def broadcast(rank, world_size):
+    for dtype in DTYPES:
+        for root in range(world_size):
+            t = rank_input(rank, (4, 3), dtype) if rank == root else torch.zeros(4, 3, dtype=dtype)
+            dist.broadcast(t, src=root)
+            assert_equal(t, rank_input(root, (4, 3), dtype), f"broadcast {dtype} root {root}")
+
+
+def reduce(rank, world_size):
+    for dtype in DTYPES:
+        for op in (R.SUM, R.MAX, R.AVG, R.PRODUCT):
+            if op == R.AVG and dtype == torch.bool:
+                continue
+            for root in range(world_size):
+                t = rank_input(rank, (5,), dtype)
+                dist.reduce(t, dst=root, op=op)
+                if rank == root:
+                    ref = reduce_reference([rank_input(r, (5,), dtype) for r in range(world_size)], op, dtype)
+                    assert_equal(t, ref, f"reduce {dtype} {op} root {root}")
+
+
+def all_gather(rank, world_size):
+    for dtype in DTYPES:
+        outs = [torch.zeros(2, 3, dtype=dtype) for _ in range(world_size)]
+        dist.all_gather(outs, rank_input(rank, (2, 3), dtype))
+        for r in range(world_size):
+            assert_equal(outs[r], rank_input(r, (2, 3), dtype), f"all_gather {dtype} from {r}")
+        flat = torch.zeros(world_size * 2, 3, dtype=dtype)
+        dist.all_gather_into_tensor(flat, rank_input(rank, (2, 3), dtype))
+        expected = torch.cat([rank_input(r, (2, 3), dtype) for r in range(world_size)])
+        assert_equal(flat, expected, f"all_gather_into_tensor {dtype}")
+        stacked = torch.zeros(world_size, 2, 3, dtype=dtype)
+        dist.all_gather_into_tensor(stacked, rank_input(rank, (2, 3), dtype))
+        assert_equal(stacked, expected.reshape(world_size, 2, 3), f"all_gather_into_tensor stacked {dtype}")
+
+
+def reduce_scatter(rank, world_size):
+    for dtype in DTYPES:
+        for op in ops_for(dtype):
+            inputs = [rank_input(rank, (4,), dtype, salt=i) for i in range(world_size)]
+            out = torch.zeros(4, dtype=dtype)
+            dist.reduce_scatter(out, inputs, op=op)
+            ref = reduce_reference([rank_input(r, (4,), dtype, salt=rank) for r in range(world_size)], op, dtype)
+            assert_equal(out, ref, f"reduce_scatter {dtype} {op}")
+
+            full = rank_input(rank, (world_size * 3, 2), dtype)
+            out = torch.zeros(3, 2, dtype=dtype)
+            dist.reduce_scatter_tensor(out, full, op=op)
+            ref_full = reduce_reference([rank_input(r, (world_size * 3, 2), dtype) for r in range(world_size)], op, dtype)
+            assert_equal(out, ref_full[rank * 3 : rank * 3 + 3], f"reduce_scatter_tensor {dtype} {op}")
+
+
+def _block(src: int, dst: int, rows: int, dtype) -> torch.Tensor:
+    """The rows src sends to dst in all_to_all checks: value 10*src + dst (+ row)."""
+    if dtype == torch.bool:
+        return torch.full((rows, 2), (src + dst) % 2 == 0, dtype=dtype)
+    return (torch.arange(rows * 2).reshape(rows, 2) % 3 + 10 * src + dst).to(dtype)
+
+
+def all_to_all_single(rank, world_size):
+    for dtype in DTYPES:
+        # even split: 2 rows per peer
+        inp = torch.cat([_block(rank, d, 2, dtype) for d in range(world_size)])
+        out = torch.zeros_like(inp)
+        dist.all_to_all_single(out, inp)
+        assert_equal(out, torch.cat([_block(s, rank, 2, dtype) for s in range(world_size)]), f"even {dtype}")
+        # uneven: src sends (src + dst + 1) rows to dst, some peers get 0 rows from rank 0 when dst == 0? no: >= 1
+        rows = lambda s, d: (s + 2 * d) % 3  # includes zero-row splits
+        inp = torch.cat([_block(rank, d, rows(rank, d), dtype) for d in range(world_size)])
+        expected = torch.cat([_block(s, rank, rows(s, rank), dtype) for s in range(world_size)])
+        out = torch.zeros_like(expected)
+        dist.all_to_all_single(
+            out,
+            inp,
+            output_split_sizes=[rows(s, rank) for s in range(world_size)],
+            input_split_sizes=[rows(rank, d) for d in range(world_size)],
+        )
+        assert_equal(out, expected, f"uneven {dtype}")
+
+
+def all_to_all(rank, world_size):
+    for dtype in DTYPES:
+        rows = lambda s, d: (s + 2 * d) % 3 + 1
+        inputs = [_block(rank, d, rows(rank, d), dtype) for d in range(world_size)]
+        outputs = [torch.zeros(rows(s, rank), 2, dtype=dtype) for s in range(world_size)]
+        dist.all_to_all(outputs, inputs)
+        for s in range(world_size):
+            assert_equal(outputs[s], _block(s, rank, rows(s, rank), dtype), f"all_to_all {dtype} from {s}")
+
+
+def gather_scatter(rank, world_size):
+    for dtype in DTYPES:
+        for root in range(world_size):
+            outs = [torch.zeros(3, dtype=dtype) for _ in range(world_size)] if rank == root else None
+            dist.gather(rank_input(rank, (3,), dtype), gather_list=outs, dst=root)
+            if rank == root:
+                for r in range(world_size):
+                    assert_equal(outs[r], rank_input(r, (3,), dtype), f"gather {dtype} root {root} from {r}")
+            ins = [rank_input(root, (3,), dtype, salt=d) for d in range(world_size)] if rank == root else None
+            out = torch.zeros(3, dtype=dtype)
+            dist.scatter(out, scatter_list=ins, src=root)
+            assert_equal(out, rank_input(root, (3,), dtype, salt=rank), f"scatter {dtype} root {root}")
+
+
+def point_to_point(rank, world_size):
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for dtype in DTYPES:
+        # blocking ring in two phases so nobody deadlocks
+        out = torch.zeros(4, dtype=dtype)
+        if rank % 2 == 0:
+            dist.send(rank_input(rank, (4,), dtype), dst=nxt)
+            dist.recv(out, src=prv)
+        else:
+            dist.recv(out, src=prv)
+            dist.send(rank_input(rank, (4,), dtype), dst=nxt)
+        assert_equal(out, rank_input(prv, (4,), dtype), f"send/recv {dtype}")
+    # tags keep messages apart: send tag 2 first, receive tag 1 first
+    a, b = torch.zeros(3), torch.zeros(3)
+    reqs = [
+        dist.isend(torch.full((3,), 100.0 + rank), dst=nxt, tag=2),
+        dist.isend(torch.full((3,), 200.0 + rank), dst=nxt, tag=1),
+        dist.irecv(a, src=prv, tag=1),
+        dist.irecv(b, src=prv, tag=2),
+    ]
+    for req in reqs:
+        req.wait()
+    assert_equal(a, torch.full((3,), 200.0 + prv), "tag 1")
+    assert_equal(b, torch.full((3,), 100.0 + prv), "tag 2")
+    # batch_isend_irecv ring, with futures on p2p works
+    got = torch.zeros(5, dtype=torch.int64)
+    ops = [
+        dist.P2POp(dist.isend, torch.full((5,), rank, dtype=torch.int64), nxt),
+        dist.P2POp(dist.irecv, got, prv),
+    ]
+    reqs = dist.batch_isend_irecv(ops)
+    reqs[1].get_future().wait()
+    for req in reqs:
+        req.wait()
+    assert_equal(got, torch.full((5,), prv, dtype=torch.int64), "batch_isend_irecv")
+    # recv from any source
+    if rank == 0:
+        seen = set()
+        for _ in range(world_size - 1):
+            t = torch.zeros(1, dtype=torch.int64)
+            src = dist.recv(t)
+            assert t.item() == src * 11, (t, src)
+            seen.add(src)
+        assert seen == set(range(1, world_size))
+    else:
+        dist.send(torch.tensor([rank * 11]), dst=0)
+
+
+def barrier_and_objects(rank, world_size):
+    dist.barrier()
+    work = dist.barrier(async_op=True)
+    work.wait()
+    objs = [None] * world_size
+    dist.all_gather_object(objs, {"rank": rank, "text": "x" * rank})
+    assert objs == [{"rank": r, "text": "x" * r} for r in range(world_size)]
+    lst = [f"from0-{i}" for i in range(3)] if rank == 0 else [None] * 3
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [f"from0-{i}" for i in range(3)]
+    root = world_size - 1
+    gathered = [None] * world_size if rank == root else None
+    dist.gather_object((rank, [rank] * rank), gathered, dst=root)
+    if rank == root:
+        assert gathered == [(r, [r] * r) for r in range(world_size)]
+    out = [None]
+    dist.scatter_object_list(out, [f"obj{r}" for r in range(world_size)] if rank == 0 else None, src=0)
+    assert out == [f"obj{rank}"]
+
+
+def coalesced(rank, world_size):
+    # all_reduce_coalesced (one flat buffer), int16 so the widening adapter runs under it
+    shapes = [(3,), (2, 2), (5,)]
+    tensors = [rank_input(rank, s, torch.int16, salt=i) for i, s in enumerate(shapes)]
+    dist.all_reduce_coalesced(tensors, op=R.MAX)
+    for i, (t, shape) in enumerate(zip(tensors, shapes)):
+        ref = reduce_reference([rank_input(r, shape, torch.int16, salt=i) for r in range(world_size)], R.MAX, torch.int16)
+        assert_equal(t, ref, f"all_reduce_coalesced {i}")
+    # mixed dtypes through the coalescing manager: packed per dtype
+    dtypes = [torch.float32, torch.int64, torch.float32, torch.bfloat16]
+    tensors = [rank_input(rank, (4,), d, salt=i) for i, d in enumerate(dtypes)]
+    with dist._coalescing_manager():
+        for t in tensors:
+            dist.all_reduce(t)
+    for i, (t, d) in enumerate(zip(tensors, dtypes)):
+        ref = reduce_reference([rank_input(r, (4,), d, salt=i) for r in range(world_size)], R.SUM, d)
+        assert_equal(t, ref, f"mixed dtypes {d}")
+    # the coalescing manager's fast paths
+    a, b = rank_input(rank, (4,), torch.float64), rank_input(rank, (6,), torch.float64, salt=1)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(a, op=R.AVG)
+        dist.all_reduce(b, op=R.AVG)
+    cm.wait()
+    assert_equal(a, reduce_reference([rank_input(r, (4,), torch.float64) for r in range(world_size)], R.AVG, torch.float64), "cm a")
+    assert_equal(b, reduce_reference([rank_input(r, (6,), torch.float64, salt=1) for r in range(world_size)], R.AVG, torch.float64), "cm b")
+    ins = [rank_input(rank, (2,), torch.int32), rank_input(rank, (3,), torch.int32, salt=5)]
+    outs = [torch.zeros(2 * world_size, dtype=torch.int32), torch.zeros(3 * world_size, dtype=torch.int32)]
+    with dist._coalescing_manager():
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    assert_equal(outs[0], torch.cat([rank_input(r, (2,), torch.int32) for r in range(world_size)]), "cm all_gather 0")
+    assert_equal(outs[1], torch.cat([rank_input(r, (3,), torch.int32, salt=5) for r in range(world_size)]), "cm all_gather 1")
+    ins = [rank_input(rank, (2 * world_size,), torch.float32), rank_input(rank, (3 * world_size,), torch.float32, salt=2)]
+    outs = [torch.zeros(2), torch.zeros(3)]
+    with dist._coalescing_manager():
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    for k, (n, salt) in enumerate([(2, 0), (3, 2)]):
+        full = reduce_reference([rank_input(r, (n * world_size,), torch.float32, salt=salt) for r in range(world_size)], R.SUM, torch.float32)
+        assert_equal(outs[k], full[rank * n : rank * n + n], f"cm reduce_scatter {k}")
+
+
+def subgroups(rank, world_size):
+    import fastcomm
+
+    default = fastcomm.fastcomm_backend()
+    members = [0, world_size - 1]
+    group = dist.new_group(members)  # every rank calls new_group
+    if rank in members:
+        sub = fastcomm.fastcomm_backend(group)
+        assert sub is not default and sub.size() == 2
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=group)
+        assert_equal(t, torch.full((3,), float(sum(members))), "subgroup all_reduce")
+        objs = [None, None]
+        dist.all_gather_object(objs, rank, group=group)
+        assert objs == members
+    # a gloo group beside fastcomm's in the same processes
+    gloo = dist.new_group(backend="gloo")
+    t = torch.ones(2)
+    dist.all_reduce(t, group=gloo)
+    assert_equal(t, torch.full((2,), float(world_size)), "gloo group")
+    dist.destroy_process_group(group)
+    dist.destroy_process_group(gloo)
+
+
+def sequence_numbers(rank, world_size):
+    import fastcomm
+
+    backend = fastcomm.fastcomm_backend()
+    before = backend._get_sequence_number_for_group()
+    work = dist.all_reduce(torch.ones(1), async_op=True)
+    work.wait()
+    after = backend._get_sequence_number_for_group()
+    assert after == before + 1, (before, after)
+    seqs = [None] * world_size
+    dist.all_gather_object(seqs, after)
+    assert len(set(seqs)) == 1, f"sequence numbers differ across ranks: {seqs}"
+
+
+def algorithm_paths(rank, world_size):
+    """Which algorithm ran: fastcomm's own adapters where Gloo has gaps."""
+    import fastcomm
+
+    backend = fastcomm.fastcomm_backend()
+    before = backend.algorithm_counts()
+    dist.all_reduce(torch.ones(2, dtype=torch.int16))
+    dist.all_reduce(torch.ones(2), op=R.AVG)
+    after = backend.algorithm_counts()
+    assert after.get("int16_via_int32", 0) == before.get("int16_via_int32", 0) + 1
+    assert after.get("avg_via_sum", 0) == before.get("avg_via_sum", 0) + 1
+    assert backend.algorithm_names()[-1] == "gloo_fallback"

@@ -1,0 +1,27 @@
+"""Every collective on the fastcomm backend at world sizes 2 and 3, exact references."""
+import checks_collectives as checks
+import pytest
+
+CHECKS = [
+    checks.all_reduce,
+    checks.all_reduce_layouts,
+    checks.all_reduce_async,
+    checks.broadcast,
+    checks.reduce,
+    checks.all_gather,
+    checks.reduce_scatter,
+    checks.all_to_all_single,
+    checks.all_to_all,
+    checks.gather_scatter,
+    checks.point_to_point,
+    checks.barrier_and_objects,
+    checks.coalesced,
+    checks.subgroups,
+    checks.sequence_numbers,
+    checks.algorithm_paths,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_collective(ranks, check):
+    ranks.run(check)
