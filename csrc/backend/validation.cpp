@@ -144,13 +144,13 @@ void check_shapes(const Collective& c, int rank, int n) {
       check_same_dtype(op, c.outputs[0], c.inputs[0], "output");
       check_split_sizes(op, "input", c.input_splits, c.inputs[0], n);
       check_split_sizes(op, "output", c.output_splits, c.outputs[0], n);
-      if (c.input_splits.empty() && c.output_splits.empty()) {
-        check_numel(op, c.outputs[0], c.inputs[0].numel(), "output (even split)");
-      }
       if (c.inputs[0].dim() > 0 && c.outputs[0].dim() > 0) {
         FC_CHECK(c.inputs[0].sizes().slice(1) == c.outputs[0].sizes().slice(1), op,
                  "input and output must have the same shape past dim 0, got ", c.inputs[0].sizes(), " and ",
                  c.outputs[0].sizes());
+      }
+      if (c.input_splits.empty() && c.output_splits.empty()) {
+        check_numel(op, c.outputs[0], c.inputs[0].numel(), "output (even split)");
       }
       break;
     case OpType::ALLTOALL:

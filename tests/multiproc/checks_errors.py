@@ -1,0 +1,96 @@
+"""Bad input: a clear RuntimeError naming the op, raised before anything is
+sent, and the group still works afterwards."""
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.distributed as dist
+
+R = dist.ReduceOp
+
+
+def _expect_error(fn, pattern: str) -> None:
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        if not re.search(pattern, str(e)):
+            raise AssertionError(f"error {str(e)!r} does not match {pattern!r}") from e
+        return
+    raise AssertionError(f"no error raised, expected {pattern!r}")
+
+
+def _group_still_works(world_size: int) -> None:
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world_size))), t
+
+
+def bad_inputs(rank, world_size):
+    n = world_size
+    pg = dist.distributed_c10d._get_default_group()
+    cases = [
+        # op invalid for dtype
+        (lambda: dist.all_reduce(torch.ones(2), op=R.BAND), r"fastcomm all_reduce: ReduceOp.BAND needs an integer"),
+        (lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool), op=R.AVG), r"fastcomm all_reduce: ReduceOp.AVG is undefined for bool"),
+        (lambda: dist.reduce_scatter_tensor(torch.zeros(1), torch.ones(n), op=R.BXOR), r"fastcomm reduce_scatter_tensor: ReduceOp.BXOR"),
+        (lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)), r"fastcomm all_reduce: ReduceOp.PREMUL_SUM"),
+        # unsupported dtype / layout
+        (lambda: dist.all_reduce(torch.zeros(2, dtype=torch.uint32)), r"fastcomm all_reduce: unsupported dtype UInt32"),
+        (lambda: dist.all_reduce(torch.ones(2).to_sparse()), r"fastcomm all_reduce: only dense"),
+        # root / peer out of range (c10d's Python layer passes group ranks through)
+        (lambda: pg.broadcast(torch.ones(2), n + 1), r"fastcomm broadcast: invalid root rank %d" % (n + 1)),
+        (lambda: _reduce_bad_root(pg, n), r"fastcomm reduce: invalid root rank -1"),
+        (lambda: pg.send([torch.ones(2)], n + 3, 0), r"fastcomm send: invalid peer rank"),
+        (lambda: pg.recv([torch.ones(2)], rank, 0), r"fastcomm recv: rank %d cannot recv to or from itself" % rank),
+        (lambda: dist.send(torch.ones(4)[::2], dst=(rank + 1) % n), r"fastcomm send: the tensor must be contiguous"),
+        # wrong list lengths and sizes
+        (lambda: dist.all_gather([torch.zeros(2)] * (n + 1), torch.ones(2)), r"fastcomm all_gather: expected %d output tensors" % n),
+        (lambda: dist.all_gather([torch.zeros(3)] * n, torch.ones(2)), r"fastcomm all_gather: output\[0\] has 3 elements"),
+        (lambda: pg.allgather([[torch.zeros(2, dtype=torch.int32)] * n], [torch.ones(2)]), r"fastcomm all_gather: output\[0\] has dtype Int"),
+        (lambda: dist.all_gather_into_tensor(torch.zeros(2 * n + 1), torch.ones(2)), r"fastcomm all_gather_into_tensor: output \(world_size \* input\) has"),
+        (lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(2)] * (n + 1)), r"fastcomm reduce_scatter: expected %d input tensors" % n),
+        (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(2 * n + 2)), r"fastcomm reduce_scatter_tensor: input \(world_size \* output\)"),
+        (lambda: dist.all_to_all([torch.zeros(1)] * n, [torch.ones(1)] * (n + 1)), r"fastcomm all_to_all: expected %d input tensors" % n),
+        (lambda: pg.alltoall([torch.zeros(1, dtype=torch.int8)] * n, [torch.ones(1)] * n), r"fastcomm all_to_all: output\[0\] has dtype"),
+        # bad split sizes
+        (lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(n), input_split_sizes=[1] * (n + 1)), r"fastcomm all_to_all_single: input_split_sizes has %d entries" % (n + 1)),
+        (lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(n), input_split_sizes=[-1] + [1] * (n - 2) + [2]), r"input_split_sizes\[0\] is negative"),
+        (lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(n), output_split_sizes=[2] * n), r"output_split_sizes add up to %d" % (2 * n)),
+        (lambda: dist.all_to_all_single(torch.zeros(n + 1), torch.ones(n + 1)), r"must be divisible by the group size"),
+        (lambda: dist.all_to_all_single(torch.zeros(n, 2), torch.ones(n, 3)), r"same shape past dim 0"),
+        # gather/scatter lists
+        (lambda: _bad_gather(pg, n), r"fastcomm gather: (gather_list\[0\] has 3 elements|only the root \(rank 0\) may pass)"),
+        (lambda: _bad_scatter(pg, n), r"fastcomm scatter: (expected %d scatter_list|only the root \(rank 0\) may pass)" % n),
+    ]
+    for fn, pattern in cases:
+        _expect_error(fn, pattern)
+        _group_still_works(world_size)
+    return len(cases)
+
+
+def _reduce_bad_root(pg, n):
+    opts = dist.ReduceOptions()
+    opts.rootRank = -1
+    return pg.reduce([torch.ones(2)], opts)
+
+
+def _bad_gather(pg, n):
+    """Root passes wrong-sized outputs; the others pass outputs they must not."""
+    opts = dist.GatherOptions()
+    opts.rootRank = 0
+    return pg.gather([[torch.zeros(3)] * n], [torch.ones(2)], opts)
+
+
+def _bad_scatter(pg, n):
+    opts = dist.ScatterOptions()
+    opts.rootRank = 0
+    return pg.scatter([torch.zeros(2)], [[torch.ones(2)] * (n + 1)], opts)
+
+
+def cuda_without_nccl(rank, world_size):
+    """On a machine without NCCL or GPU, a CUDA tensor's error says why (checked via the C++ reason string)."""
+    import fastcomm._backend as backend
+
+    reason = backend._cuda_unavailable_reason()
+    assert reason in ("this torch build has no NCCL", "no CUDA device is visible"), reason

@@ -1,0 +1,56 @@
+"""Importing fastcomm registers the backend; options come from the environment."""
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import fastcomm
+from fastcomm._options import Options, read_options
+
+
+def test_backend_registered_for_cpu_and_cuda():
+    assert "FASTCOMM" in dist.Backend._plugins
+    assert dist.Backend._plugins["FASTCOMM"].extended_api
+    assert dist.Backend.default_device_backend_map  # torch's map is intact
+    assert dist.Backend("fastcomm") == "fastcomm"
+    assert set(dist.Backend.backend_capability["fastcomm"]) == {"cpu", "cuda"}
+
+
+def test_import_does_not_initialise_cuda():
+    assert not torch.cuda.is_initialized()
+
+
+def test_options_defaults_and_validation(monkeypatch):
+    monkeypatch.delenv("FASTCOMM_GLOO_THREADS", raising=False)
+    assert read_options() == Options()
+    monkeypatch.setenv("FASTCOMM_GLOO_THREADS", "4")
+    assert read_options().gloo_threads == 4
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("FASTCOMM_GLOO_THREADS", bad)
+        with pytest.raises(ValueError, match="FASTCOMM_GLOO_THREADS must be a positive integer"):
+            read_options()
+
+
+def test_single_rank_group_with_explicit_store():
+    """world_size 1 with an explicit store: every collective is the identity."""
+    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+    try:
+        backend = fastcomm.fastcomm_backend()
+        assert backend.name() == "fastcomm" and backend.rank() == 0 and backend.size() == 1
+        assert backend.timeout == datetime.timedelta(seconds=20)
+        assert dist.get_backend() == "fastcomm"
+        t = torch.arange(5.0)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert torch.equal(t, torch.arange(5.0))
+        out = torch.empty(5)
+        dist.all_gather_into_tensor(out, torch.arange(5.0))
+        assert torch.equal(out, torch.arange(5.0))
+        i16 = torch.tensor([1, -2, 3], dtype=torch.int16)
+        dist.all_reduce(i16, op=dist.ReduceOp.PRODUCT)
+        assert torch.equal(i16, torch.tensor([1, -2, 3], dtype=torch.int16))
+        dist.barrier()
+        with pytest.raises(ValueError, match="not a fastcomm group"):
+            fastcomm.fastcomm_backend(dist.new_group(backend="gloo"))
+    finally:
+        dist.destroy_process_group()
