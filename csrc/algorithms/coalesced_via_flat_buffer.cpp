@@ -1,6 +1,7 @@
 // coalesced_via_flat_buffer: allreduce_coalesced, allgather_into_tensor_coalesced
-// and reduce_scatter_tensor_coalesced (the coalescing manager's fast paths) as
-// one collective per dtype over a packed buffer.
+// (and the deprecated list form all_gather_coalesced) and
+// reduce_scatter_tensor_coalesced (the coalescing manager's fast paths) as one
+// collective per dtype over a packed buffer.
 //
 // Steps per dtype group: pack (one multi-tensor copy), one flat collective,
 // unpack (one multi-tensor copy). Wire bytes: those of a single collective of
@@ -42,29 +43,47 @@ class CoalescedViaFlatBuffer final : public Algorithm {
       Collective flat = c;
       flat.inputs.clear();
       flat.outputs.clear();
+      flat.output_lists.clear();
       if (c.type == c10d::OpType::ALLREDUCE_COALESCED) {
         at::Tensor buffer = pack(inputs);
         flat.type = c10d::OpType::ALLREDUCE;
         flat.inputs = {buffer};
         unpacks.push_back([buffer, inputs]() { unpack(buffer, inputs); });
       } else if (c.type == c10d::OpType::ALLGATHER_COALESCED) {
-        auto outputs = pick(c.outputs, group);
+        // Row r of the gathered buffer is rank r's packed inputs.
+        std::vector<std::vector<at::Tensor>> per_rank(world_size_);
+        for (int64_t r = 0; r < world_size_; ++r) {
+          per_rank[r] = c.output_lists.empty() ? std::vector<at::Tensor>{} : pick(c.output_lists[r], group);
+        }
+        if (c.output_lists.empty()) {
+          for (size_t i : group) {
+            auto chunks = rank_chunks(c.outputs[i], world_size_);
+            for (int64_t r = 0; r < world_size_; ++r) per_rank[r].push_back(chunks[r]);
+          }
+        }
         at::Tensor in = pack(inputs);
         at::Tensor out = at::empty({in.numel() * world_size_}, in.options());
         flat.type = c10d::OpType::_ALLGATHER_BASE;
         flat.inputs = {in};
         flat.outputs = {out};
-        const int64_t n = world_size_;
-        unpacks.push_back([out, outputs, n]() {
-          copy_segments(out.device(), rank_major_segments(out, outputs, n, /*to_flat=*/false));
+        const int64_t row = in.numel();
+        unpacks.push_back([out, per_rank, row]() {
+          for (size_t r = 0; r < per_rank.size(); ++r) unpack(out.narrow(0, r * row, row), per_rank[r]);
         });
       } else {
+        // Row r of the flat input is chunk r of every input, which rank r receives reduced.
         auto outputs = pick(c.outputs, group);
-        int64_t total = 0;
-        for (const auto& t : inputs) total += t.numel();
-        at::Tensor in = at::empty({total}, inputs[0].options());
-        copy_segments(in.device(), rank_major_segments(in, inputs, world_size_, /*to_flat=*/true));
-        at::Tensor out = at::empty({total / world_size_}, in.options());
+        int64_t row = 0;
+        for (const auto& t : outputs) row += t.numel();
+        at::Tensor in = at::empty({row * world_size_}, inputs[0].options());
+        std::vector<std::vector<at::Tensor>> chunks;
+        for (const auto& t : inputs) chunks.push_back(rank_chunks(t, world_size_));
+        for (int64_t r = 0; r < world_size_; ++r) {
+          std::vector<at::Tensor> row_parts;
+          for (const auto& per_input : chunks) row_parts.push_back(per_input[r]);
+          pack_into(in.narrow(0, r * row, row), row_parts);
+        }
+        at::Tensor out = at::empty({row}, in.options());
         flat.type = c10d::OpType::_REDUCE_SCATTER_BASE;
         flat.inputs = {in};
         flat.outputs = {out};

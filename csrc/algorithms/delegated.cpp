@@ -87,6 +87,7 @@ class Delegated final : public Algorithm {
       case OpType::ALLGATHER_COALESCED: {
         c10d::AllgatherOptions o;
         o.timeout = c.timeout;
+        if (!c.output_lists.empty()) return backend_->allgather_coalesced(c.output_lists, c.inputs, o);
         return backend_->allgather_into_tensor_coalesced(c.outputs, c.inputs, o);
       }
       case OpType::GATHER: {

@@ -29,48 +29,51 @@ std::vector<CopySegment> concatenated_segments(const at::Tensor& flat, const std
   return segments;
 }
 
-}  // namespace
-
-bool can_pack(c10::DeviceType device) {
-  return find_copy_segments(device) != nullptr;
-}
-
 void copy_segments(c10::Device device, const std::vector<CopySegment>& segments) {
   CopySegmentsFn fn = find_copy_segments(device.type());
   TORCH_INTERNAL_ASSERT(fn, "fastcomm: no copy kernel for ", device);
   fn(segments.data(), segments.size(), device);
 }
 
+void check_flat(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(flat.is_contiguous() && flat.numel() == total_numel(tensors), "fastcomm pack: flat buffer has ",
+              flat.numel(), " elements, the tensors ", total_numel(tensors));
+  for (const auto& t : tensors) {
+    TORCH_CHECK(t.is_contiguous() && t.scalar_type() == flat.scalar_type() && t.device() == flat.device(),
+                "fastcomm pack: tensors must be contiguous and match the flat buffer's dtype (", flat.scalar_type(),
+                ") and device (", flat.device(), "); got ", t.scalar_type(), " on ", t.device());
+  }
+}
+
+}  // namespace
+
+bool can_pack(c10::DeviceType device) {
+  return find_copy_segments(device) != nullptr;
+}
+
 at::Tensor pack(const std::vector<at::Tensor>& tensors) {
-  TORCH_INTERNAL_ASSERT(!tensors.empty());
+  TORCH_CHECK(!tensors.empty(), "fastcomm pack: needs at least one tensor");
   at::Tensor flat = at::empty({total_numel(tensors)}, tensors[0].options());
-  copy_segments(flat.device(), concatenated_segments(flat, tensors, /*to_flat=*/true));
+  pack_into(flat, tensors);
   return flat;
 }
 
+void pack_into(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  check_flat(flat, tensors);
+  copy_segments(flat.device(), concatenated_segments(flat, tensors, /*to_flat=*/true));
+}
+
 void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  check_flat(flat, tensors);
   copy_segments(flat.device(), concatenated_segments(flat, tensors, /*to_flat=*/false));
 }
 
-std::vector<CopySegment> rank_major_segments(const at::Tensor& flat, const std::vector<at::Tensor>& tensors,
-                                             int64_t world_size, bool to_flat) {
-  std::vector<CopySegment> segments;
-  auto* base = static_cast<char*>(flat.data_ptr());
-  const size_t row_bytes = total_numel(tensors) / world_size * flat.element_size();
-  for (int64_t r = 0; r < world_size; ++r) {
-    size_t offset = r * row_bytes;
-    for (const auto& t : tensors) {
-      const size_t chunk = t.numel() / world_size * t.element_size();
-      char* chunk_ptr = static_cast<char*>(t.data_ptr()) + r * chunk;
-      if (to_flat) {
-        segments.push_back({chunk_ptr, base + offset, chunk});
-      } else {
-        segments.push_back({base + offset, chunk_ptr, chunk});
-      }
-      offset += chunk;
-    }
-  }
-  return segments;
+std::vector<at::Tensor> rank_chunks(const at::Tensor& t, int64_t world_size) {
+  const int64_t n = t.numel() / world_size;
+  std::vector<at::Tensor> chunks;
+  at::Tensor flat = t.view(-1);
+  for (int64_t r = 0; r < world_size; ++r) chunks.push_back(flat.narrow(0, r * n, n));
+  return chunks;
 }
 
 std::vector<std::vector<size_t>> group_by_dtype(const std::vector<at::Tensor>& tensors) {

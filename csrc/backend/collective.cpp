@@ -22,7 +22,9 @@ std::vector<at::Tensor> Collective::result_tensors() const {
     case OpType::RECVANYSOURCE:
       return inputs;
     case OpType::ALLGATHER:
-    case OpType::GATHER: {
+    case OpType::GATHER:
+    case OpType::ALLGATHER_COALESCED: {
+      if (type == OpType::ALLGATHER_COALESCED && output_lists.empty()) return outputs;
       std::vector<at::Tensor> flat;
       for (const auto& list : output_lists) flat.insert(flat.end(), list.begin(), list.end());
       return flat;

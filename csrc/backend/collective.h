@@ -6,7 +6,8 @@
 //   ALLREDUCE_COALESCED: inputs = the tensors, reduced in place
 //   ALLGATHER: inputs = {input}, output_lists = {world_size outputs}
 //   _ALLGATHER_BASE: inputs = {input}, outputs = {world_size * input}
-//   ALLGATHER_COALESCED (allgather_into_tensor_coalesced): inputs[i] -> outputs[i]
+//   ALLGATHER_COALESCED: inputs[i] gathered into outputs[i] (allgather_into_tensor_coalesced),
+//       or, when output_lists is set, into output_lists[r][i] (deprecated all_gather_coalesced)
 //   GATHER: inputs = {input}, output_lists = {world_size outputs} on root, {} elsewhere
 //   SCATTER: outputs = {output}, input_lists = {world_size inputs} on root, {} elsewhere
 //   REDUCE_SCATTER: outputs = {output}, input_lists = {world_size inputs}

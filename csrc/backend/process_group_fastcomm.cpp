@@ -132,6 +132,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_into_tensor_coale
   return run(std::move(c), opts.timeout);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  auto c = make(OpType::ALLGATHER_COALESCED, "all_gather_coalesced");
+  c.inputs = inputs;
+  c.output_lists = output_lists;
+  return run(std::move(c), opts.timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::GatherOptions& opts) {
@@ -226,6 +235,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::recvAnysource(std::vector<a
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::barrier(const c10d::BarrierOptions& opts) {
   return run(make(OpType::BARRIER, "barrier"), opts.timeout);
+}
+
+void ProcessGroupFastcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  c10d::BarrierOptions o = opts;
+  if (o.timeout == c10d::kUnsetTimeout) o.timeout = timeout_;
+  gloo_->monitoredBarrier(o, wait_all_ranks);
 }
 
 void ProcessGroupFastcomm::setSequenceNumberForGroup() {

@@ -54,6 +54,9 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -79,6 +82,8 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // Gloo's: reports which ranks failed to reach the barrier in time.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
   void setTimeout(std::chrono::milliseconds timeout) override;

@@ -58,14 +58,19 @@ void check_tensors(const Collective& c) {
   for (size_t i = 0; i < all.size(); ++i) {
     const auto& t = all[i];
     FC_CHECK(t.defined(), c.name, "tensor ", i, " is undefined");
-    FC_CHECK(t.layout() == c10::kStrided, c.name, "only dense (strided) tensors are supported, got layout ",
+    // Sparse COO is passed through for all_reduce SUM on CPU (Gloo's sparse
+    // allreduce, which DDP uses for sparse embedding gradients).
+    const bool sparse_ok = c.type == OpType::ALLREDUCE && c.reduce_op == ReduceOp::SUM &&
+                           c.device == c10::DeviceType::CPU && t.layout() == c10::kSparse;
+    FC_CHECK(t.layout() == c10::kStrided || sparse_ok, c.name,
+             "only dense (strided) tensors are supported here (sparse COO: all_reduce SUM on CPU only), got layout ",
              t.layout());
     FC_CHECK(is_supported_dtype(t.scalar_type()), c.name, "unsupported dtype ", t.scalar_type(),
              " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool)");
     FC_CHECK(t.device().type() == c.device, c.name, "all tensors must be on one device type; tensor ", i, " is on ",
              t.device(), " but the first is on ", c10::DeviceTypeName(c.device));
   }
-  if (c.is_p2p()) {
+  if (c.is_p2p() && c.inputs.size() == 1) {
     FC_CHECK(c.inputs[0].is_contiguous(), c.name, "the tensor must be contiguous (shape ", c.inputs[0].sizes(),
              ", strides ", c.inputs[0].strides(), ")");
   }
@@ -95,6 +100,19 @@ void check_shapes(const Collective& c, int rank, int n) {
       check_numel(op, c.outputs[0], c.inputs[0].numel() * n, "output (world_size * input)");
       break;
     case OpType::ALLGATHER_COALESCED:
+      if (!c.output_lists.empty()) {  // list form: output_lists[r][i] receives rank r's inputs[i]
+        check_count(op, "output lists (one per rank)", c.output_lists.size(), n);
+        for (size_t r = 0; r < c.output_lists.size(); ++r) {
+          check_count(op, c10::str("tensors in output list ", r).c_str(), c.output_lists[r].size(), c.inputs.size());
+          for (size_t i = 0; i < c.inputs.size(); ++i) {
+            const std::string label = c10::str("output[", r, "][", i, "]");
+            check_same_dtype(op, c.output_lists[r][i], c.inputs[i], label.c_str());
+            check_numel(op, c.output_lists[r][i], c.inputs[i].numel(), label.c_str());
+          }
+        }
+        break;
+      }
+      [[fallthrough]];
     case OpType::REDUCE_SCATTER_TENSOR_COALESCED: {
       check_count(op, "outputs (one per input)", c.outputs.size(), c.inputs.size());
       const bool gather = c.type == OpType::ALLGATHER_COALESCED;

@@ -32,11 +32,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Concatenate contiguous tensors of one dtype and device into a flat tensor (multi-tensor copy kernel).");
   m.def("unpack", &fastcomm::unpack, py::arg("flat"), py::arg("tensors"),
         "Inverse of pack: copy consecutive pieces of `flat` into `tensors`.");
-  m.def(
-      "pack_rank_major",
-      [](const at::Tensor& flat, const std::vector<at::Tensor>& tensors, int64_t world_size, bool to_flat) {
-        fastcomm::copy_segments(flat.device(), fastcomm::rank_major_segments(flat, tensors, world_size, to_flat));
-      },
-      py::arg("flat"), py::arg("tensors"), py::arg("world_size"), py::arg("to_flat"),
-      "Copy chunk r of every tensor to/from row r of `flat` (the layout of a flat all_gather).");
+  m.def("pack_into", &fastcomm::pack_into, py::arg("flat"), py::arg("tensors"),
+        "Copy contiguous tensors back to back into the 1-D tensor `flat`.");
 }

@@ -281,6 +281,41 @@ def coalesced(rank, world_size):
         assert_equal(outs[k], full[rank * n : rank * n + n], f"cm reduce_scatter {k}")
 
 
+def all_gather_coalesced_list_form(rank, world_size):
+    """The deprecated all_gather_coalesced: output_lists[r][i] receives rank r's input i."""
+    import warnings
+
+    inputs = [rank_input(rank, (2,), torch.int16), rank_input(rank, (3, 2), torch.int16, salt=4)]
+    outputs = [[torch.zeros_like(t) for t in inputs] for _ in range(world_size)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist.all_gather_coalesced(outputs, inputs)
+    for r in range(world_size):
+        assert_equal(outputs[r][0], rank_input(r, (2,), torch.int16), f"from {r} tensor 0")
+        assert_equal(outputs[r][1], rank_input(r, (3, 2), torch.int16, salt=4), f"from {r} tensor 1")
+
+
+def monitored_barrier_and_sparse(rank, world_size):
+    import datetime
+
+    import fastcomm
+
+    # torch's dist.monitored_barrier admits only the gloo backend by name; the
+    # backend object itself forwards to its Gloo delegate
+    backend = fastcomm.fastcomm_backend()
+    backend.monitored_barrier(datetime.timedelta(seconds=30), False)
+    backend.monitored_barrier(datetime.timedelta(seconds=30), True)
+    # sparse COO all_reduce (DDP with sparse embeddings): row `rank` holds rank+1
+    dense = torch.zeros(world_size + 1, 2)
+    dense[rank] = rank + 1
+    sparse = dense.to_sparse()
+    dist.all_reduce(sparse)
+    expected = torch.zeros(world_size + 1, 2)
+    for r in range(world_size):
+        expected[r] = r + 1
+    assert_equal(sparse.to_dense(), expected, "sparse all_reduce")
+
+
 def subgroups(rank, world_size):
     import fastcomm
 

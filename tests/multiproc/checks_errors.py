@@ -37,7 +37,7 @@ def bad_inputs(rank, world_size):
         (lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)), r"fastcomm all_reduce: ReduceOp.PREMUL_SUM"),
         # unsupported dtype / layout
         (lambda: dist.all_reduce(torch.zeros(2, dtype=torch.uint32)), r"fastcomm all_reduce: unsupported dtype UInt32"),
-        (lambda: dist.all_reduce(torch.ones(2).to_sparse()), r"fastcomm all_reduce: only dense"),
+        (lambda: dist.all_reduce(torch.ones(2).to_sparse(), op=R.MAX), r"fastcomm all_reduce: only dense"),
         # root / peer out of range (c10d's Python layer passes group ranks through)
         (lambda: pg.broadcast(torch.ones(2), n + 1), r"fastcomm broadcast: invalid root rank %d" % (n + 1)),
         (lambda: _reduce_bad_root(pg, n), r"fastcomm reduce: invalid root rank -1"),

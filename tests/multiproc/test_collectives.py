@@ -16,6 +16,8 @@ CHECKS = [
     checks.point_to_point,
     checks.barrier_and_objects,
     checks.coalesced,
+    checks.all_gather_coalesced_list_form,
+    checks.monitored_barrier_and_sparse,
     checks.subgroups,
     checks.sequence_numbers,
     checks.algorithm_paths,

@@ -21,15 +21,15 @@ def test_pack_unpack_round_trip(sizes, dtype):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_rank_major_layout(world_size):
-    chunks = [2, 5, 1]
-    tensors = [torch.arange(world_size * c, dtype=torch.int32) + 100 * i for i, c in enumerate(chunks)]
-    flat = torch.empty(sum(t.numel() for t in tensors), dtype=torch.int32)
-    _C.pack_rank_major(flat, tensors, world_size, True)
-    expected = torch.cat([t.view(world_size, -1)[r] for r in range(world_size) for t in tensors])
-    assert torch.equal(flat, expected)
-    back = [torch.zeros_like(t) for t in tensors]
-    _C.pack_rank_major(flat, back, world_size, False)
-    for a, b in zip(back, tensors):
-        assert torch.equal(a, b)
+def test_pack_into_views_and_errors():
+    """pack_into writes into a slice of a larger buffer; mismatches are refused."""
+    big = torch.zeros(10, dtype=torch.int32)
+    parts = [torch.arange(3, dtype=torch.int32), torch.arange(4, dtype=torch.int32) + 10]
+    _C.pack_into(big.narrow(0, 2, 7), parts)
+    assert torch.equal(big, torch.tensor([0, 0, 0, 1, 2, 10, 11, 12, 13, 0], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="fastcomm pack: flat buffer has 6 elements, the tensors 7"):
+        _C.pack_into(torch.zeros(6, dtype=torch.int32), parts)
+    with pytest.raises(RuntimeError, match="fastcomm pack: tensors must be contiguous and match"):
+        _C.pack_into(torch.zeros(7), parts)
+    with pytest.raises(RuntimeError, match="fastcomm pack: tensors must be contiguous"):
+        _C.unpack(torch.zeros(4), [torch.zeros(8)[::2]])
