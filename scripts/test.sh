@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up and run the tests, as CI does (.ci/run calls exactly this):
+#  1. .venv: torch 2.13.0 (CPU build), fastcomm built CPU-only, the whole suite;
+#  2. .venv-cuda: torch 2.14.1 (CUDA 13.0 build) and nvcc, fastcomm built with
+#     its CUDA kernels (non-editable install), the suite again. tests/gpu/ runs
+#     where a GPU is visible and skips elsewhere.
+# FASTCOMM_SKIP_CUDA_BUILD=1 skips step 2 (a machine without nvcc).
+# Extra arguments go to pytest (e.g. scripts/test.sh -k all_reduce -x).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run_pytest() {  # venv, then pytest arguments
+  local venv=$1
+  shift
+  local rc=0
+  "$venv/bin/pytest" -q -p no:cacheprovider tests "$@" || rc=$?
+  if [[ $rc == 5 ]]; then
+    echo "pytest collected no tests: that is a failure here" >&2
+    return 1
+  fi
+  return $rc
+}
+
+echo "=== 1/2: CPU build (torch 2.13.0)" >&2
+FASTCOMM_VENV=.venv FASTCOMM_TORCH=torch==2.13.0 FASTCOMM_CUDA=0 bash scripts/setup.sh
+run_pytest .venv "$@"
+
+if [[ ${FASTCOMM_SKIP_CUDA_BUILD:-0} == 1 ]]; then
+  echo "=== 2/2: CUDA build skipped (FASTCOMM_SKIP_CUDA_BUILD=1)" >&2
+  exit 0
+fi
+if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "=== 2/2: no nvcc found: the CUDA build cannot be checked (set FASTCOMM_SKIP_CUDA_BUILD=1 to skip)" >&2
+  exit 1
+fi
+echo "=== 2/2: CUDA build (torch 2.14.1 cu130 + nvcc)" >&2
+FASTCOMM_VENV=.venv-cuda FASTCOMM_TORCH=torch==2.14.1 FASTCOMM_CUDA=1 FASTCOMM_EDITABLE=0 MAX_JOBS=${MAX_JOBS:-2} \
+  bash scripts/setup.sh
+FASTCOMM_EXPECT_CUDA_KERNELS=1 run_pytest .venv-cuda "$@"

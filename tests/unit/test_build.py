@@ -1,0 +1,13 @@
+"""What the build compiled."""
+import os
+
+import pytest
+
+import fastcomm
+
+
+@pytest.mark.skipif(os.environ.get("FASTCOMM_EXPECT_CUDA_KERNELS") != "1", reason="only the CUDA build must have them")
+def test_cuda_kernels_compiled_in_cuda_build():
+    assert fastcomm.cuda_kernels_compiled()
+    # the installed package, not the source tree, is under test
+    assert "site-packages" in fastcomm.__file__, fastcomm.__file__
