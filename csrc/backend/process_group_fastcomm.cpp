@@ -38,7 +38,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
     std::string cuda_unavailable_reason)
     : c10d::Backend(rank, size),
       store_(std::move(store)),
-      timeout_(timeout),
+      timeout_ms_(timeout.count()),
       gloo_(std::move(gloo)),
       nccl_(std::move(nccl)),
       cuda_unavailable_reason_(std::move(cuda_unavailable_reason)) {
@@ -56,7 +56,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFastcomm::getBackendOptions() {
-  return c10::make_intrusive<Options>("fastcomm", timeout_);
+  return c10::make_intrusive<Options>("fastcomm", timeout());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chrono::milliseconds op_timeout) {
@@ -65,7 +65,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
            "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
   FC_CHECK(c.device != c10::DeviceType::CUDA || nccl_, c.name, "CUDA tensors need NCCL: ", cuda_unavailable_reason_);
   validate(c, rank_, size_);
-  c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout_ : op_timeout;
+  c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout() : op_timeout;
   // P2P calls are counted apart (as NCCL does): ranks issue different numbers
   // of them, and the group-wide number must agree across ranks.
   const uint64_t seq = c.is_p2p() ? ++p2p_sequence_number_ : ++sequence_number_;
@@ -239,7 +239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::barrier(const c10d::Barrier
 
 void ProcessGroupFastcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   c10d::BarrierOptions o = opts;
-  if (o.timeout == c10d::kUnsetTimeout) o.timeout = timeout_;
+  if (o.timeout == c10d::kUnsetTimeout) o.timeout = timeout();
   gloo_->monitoredBarrier(o, wait_all_ranks);
 }
 
@@ -253,7 +253,8 @@ uint64_t ProcessGroupFastcomm::getSequenceNumberForGroup() {
 }
 
 void ProcessGroupFastcomm::setTimeout(std::chrono::milliseconds timeout) {
-  timeout_ = timeout;
+  timeout_ms_ = timeout.count();
+  gloo_->setTimeout(timeout);  // Gloo's own waits (its context timeout) follow too
 }
 
 void ProcessGroupFastcomm::abort() {

@@ -95,7 +95,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
     return dispatcher_;
   }
   std::chrono::milliseconds timeout() const {
-    return timeout_;
+    return std::chrono::milliseconds(timeout_ms_.load());
   }
 
  private:
@@ -103,7 +103,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(Collective c, std::chrono::milliseconds op_timeout);
 
   c10::intrusive_ptr<c10d::Store> store_;
-  std::chrono::milliseconds timeout_;
+  std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
   c10::intrusive_ptr<c10d::Backend> gloo_;
   c10::intrusive_ptr<c10d::Backend> nccl_;
   std::string cuda_unavailable_reason_;

@@ -9,13 +9,51 @@
 
 namespace py = pybind11;
 
+namespace {
+
+// Holder that drops the GIL while the backend is destroyed. Destroying a
+// backend joins its delegates' worker threads (Gloo's), and those may need the
+// GIL to release Python-owned tensors of finished works: destroying with the
+// GIL held deadlocks (seen at exit under torchrun). torch binds its own
+// backends with the same kind of holder; the layout is one intrusive_ptr, so
+// torch's casts to intrusive_ptr<Backend> read it as it does its own.
+template <typename T>
+class NoGilDestructorHolder {
+ public:
+  NoGilDestructorHolder() = default;
+  NoGilDestructorHolder(const NoGilDestructorHolder&) = default;
+  NoGilDestructorHolder(NoGilDestructorHolder&&) noexcept = default;
+  NoGilDestructorHolder& operator=(const NoGilDestructorHolder&) = default;
+  NoGilDestructorHolder& operator=(NoGilDestructorHolder&&) noexcept = default;
+  /* implicit */ NoGilDestructorHolder(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}
+  // pybind11 builds holders from the raw pointer of a new object (pybind11 issue 2957).
+  explicit NoGilDestructorHolder(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
+  ~NoGilDestructorHolder() {
+    if (impl_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      impl_.reset();
+    }
+  }
+  T* get() const noexcept {
+    return impl_.get();
+  }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilDestructorHolder<T>, true)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "fastcomm's C++ core: the ProcessGroupFastcomm c10d backend and its kernels";
   // The c10d Backend and Store Python types must be registered before ours derive from them.
   py::module_::import("torch.distributed");
 
   using fastcomm::ProcessGroupFastcomm;
-  py::class_<ProcessGroupFastcomm, c10d::Backend, c10::intrusive_ptr<ProcessGroupFastcomm>>(m, "ProcessGroupFastcomm")
+  py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
+                                                                                          "ProcessGroupFastcomm")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds,
                     c10::intrusive_ptr<c10d::Backend>, c10::intrusive_ptr<c10d::Backend>, std::string>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("gloo"), py::arg("nccl"),

@@ -50,6 +50,8 @@ def test_single_rank_group_with_explicit_store():
         dist.all_reduce(i16, op=dist.ReduceOp.PRODUCT)
         assert torch.equal(i16, torch.tensor([1, -2, 3], dtype=torch.int16))
         dist.barrier()
+        backend.set_timeout(datetime.timedelta(seconds=7))  # also forwarded to the Gloo delegate
+        assert backend.timeout == datetime.timedelta(seconds=7)
         with pytest.raises(ValueError, match="not a fastcomm group"):
             fastcomm.fastcomm_backend(dist.new_group(backend="gloo"))
     finally:
