@@ -95,6 +95,6 @@ setup(
     install_requires=["torch", "numpy"],
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": ["fastcomm-bench = fastcomm.bench.cli:main"]},
     zip_safe=False,
 )

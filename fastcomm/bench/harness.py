@@ -1,0 +1,172 @@
+"""The sweep: for each size, dtype and op, time the collective out of place and
+in place, check its results, and agree on the numbers across ranks.
+
+Control traffic (combining times and #wrong counts) goes over a separate Gloo
+group so a broken backend under test cannot corrupt its own verdict.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from fastcomm.bench.collectives import COLLECTIVES, DTYPES, Collective
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    collective: str
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    ops: tuple[str, ...]  # ("none",) for non-reducing collectives
+    root: int
+    iters: int
+    warmup: int
+    check: int
+    average: int  # 0 rank 0, 1 mean, 2 min, 3 max across ranks
+    blocking: bool
+    device: str
+
+
+@dataclasses.dataclass
+class Measurement:
+    time_us: float
+    algbw: float  # GB/s, 1e9 B/s
+    busbw: float
+    wrong: int | None  # None: not checked
+    error: str | None = None  # the backend refused or failed this call (e.g. Gloo: AVG on integers)
+
+
+@dataclasses.dataclass
+class Row:
+    size: int
+    count: int
+    dtype: str
+    op: str
+    root: int
+    out_of_place: Measurement | None
+    in_place: Measurement | None
+
+
+def _combine(value: float, how: int, control: dist.ProcessGroup) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    if how == 0:
+        dist.broadcast(t, src=0, group=control)
+        return t.item()
+    op = {1: dist.ReduceOp.SUM, 2: dist.ReduceOp.MIN, 3: dist.ReduceOp.MAX}[how]
+    dist.all_reduce(t, op=op, group=control)
+    return t.item() / dist.get_world_size(control) if how == 1 else t.item()
+
+
+def _time(buffers, group, cfg: SweepConfig, control) -> float:
+    for _ in range(cfg.warmup):
+        for w in buffers.run(group, False):
+            w.wait()
+    dist.barrier(group=control)
+    sync = torch.cuda.synchronize if cfg.device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    pending = []
+    for _ in range(cfg.iters):
+        works = buffers.run(group, not cfg.blocking)
+        if cfg.blocking:
+            for w in works:
+                w.wait()
+        else:
+            pending.extend(works)
+    for w in pending:
+        w.wait()
+    sync()
+    return (time.perf_counter() - start) / max(cfg.iters, 1) * 1e6
+
+
+def _check(buffers, group, cfg: SweepConfig, control) -> int:
+    wrong = 0
+    for _ in range(cfg.check):
+        buffers.refill()
+        dist.barrier(group=control)
+        for w in buffers.run(group, False):
+            w.wait()
+        if cfg.device == "cuda":
+            torch.cuda.synchronize()
+        wrong += buffers.wrong()
+    t = torch.tensor([wrong], dtype=torch.int64)
+    dist.all_reduce(t, group=control)
+    return int(t.item())
+
+
+def measure(spec: Collective, size: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
+            prepare=None) -> Measurement:
+    """Times and checks one placement. `prepare` overrides spec.prepare (tests inject faults through it)."""
+    n = dist.get_world_size(group)
+    torch_dtype = DTYPES[dtype]
+    count = spec.count_for(size, torch.tensor([], dtype=torch_dtype).element_size(), n)
+    device = torch.device(cfg.device, torch.cuda.current_device()) if cfg.device == "cuda" else torch.device("cpu")
+    buffers = (prepare or spec.prepare)(count, torch_dtype, dist.get_rank(group), n, op, cfg.root, in_place, device)
+    try:
+        elapsed = _time(buffers, group, cfg, control)
+    except RuntimeError as e:  # raised alike on every rank: validation happens before sending
+        dist.barrier(group=control)
+        return Measurement(0.0, 0.0, 0.0, None, error=str(e).strip().splitlines()[0])
+    time_us = _combine(elapsed, cfg.average, control)
+    nbytes = count * torch.tensor([], dtype=torch_dtype).element_size()
+    algbw = nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
+    wrong = _check(buffers, group, cfg, control) if cfg.check > 0 else None
+    return Measurement(time_us, algbw, algbw * spec.bus_factor(n), wrong)
+
+
+def sweep(cfg: SweepConfig, groups: dict[str, dist.ProcessGroup], control: dist.ProcessGroup, on_row=None,
+          prepare=None) -> dict[str, list[Row]]:
+    """Runs the sweep on every group in `groups` (label -> group), alternating
+    between them per measurement so machine noise hits all alike. `on_row(label,
+    row, done, total)` is called on every rank as rows complete."""
+    spec = COLLECTIVES[cfg.collective]
+    n = dist.get_world_size(control)
+    rows: dict[str, list[Row]] = {label: [] for label in groups}
+    cases = [(d, o, s) for d in cfg.dtypes for o in cfg.ops for s in cfg.sizes]
+    for done, (dtype, op, size) in enumerate(cases, start=1):
+        element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+        count = spec.count_for(size, element, n)
+        for label, group in groups.items():
+            oop = measure(spec, size, dtype, op, False, group, control, cfg, prepare) if spec.out_of_place else None
+            ip = measure(spec, size, dtype, op, True, group, control, cfg, prepare) if spec.in_place else None
+            row = Row(count * element, count, dtype, op if spec.reduces else "none", cfg.root if spec.rooted else -1, oop, ip)
+            rows[label].append(row)
+            if on_row:
+                on_row(label, row, done, len(cases))
+    return rows
+
+
+def summary(rows: list[Row]) -> tuple[int, float]:
+    """(#wrong over all rows, average busbw over every measured column), as nccl-tests' footer."""
+    measurements = [m for r in rows for m in (r.out_of_place, r.in_place) if m is not None and m.error is None]
+    wrong = sum(m.wrong or 0 for m in measurements)
+    avg = sum(m.busbw for m in measurements) / len(measurements) if measurements else 0.0
+    return wrong, avg
+
+
+def errors(rows: list[Row]) -> list[str]:
+    return [m.error for r in rows for m in (r.out_of_place, r.in_place) if m is not None and m.error]
+
+
+def exit_status(rows: dict[str, list[Row]]) -> int:
+    """1 when any checked result was wrong, or any call failed, on any backend; else 0."""
+    return 1 if any(summary(rs)[0] or errors(rs) for rs in rows.values()) else 0
+
+
+class Progress:
+    """Progress lines on stderr, only once a sweep has run for more than `after` seconds."""
+
+    def __init__(self, after: float = 3.0, stream=sys.stderr) -> None:
+        self.start = time.monotonic()
+        self.after = after
+        self.stream = stream
+
+    def __call__(self, label: str, row: Row, done: int, total: int) -> None:
+        elapsed = time.monotonic() - self.start
+        if elapsed > self.after:
+            print(f"[fastcomm-bench] {label}: {done}/{total} ({row.size} B {row.dtype} {row.op}) {elapsed:.1f} s",
+                  file=self.stream, flush=True)
