@@ -93,6 +93,7 @@ setup(
     packages=find_packages(include=["fastcomm", "fastcomm.*"]),
     python_requires=">=3.10",
     install_requires=["torch", "numpy"],
+    extras_require={"plot": ["matplotlib"]},  # fastcomm-bench --plot
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     entry_points={"console_scripts": ["fastcomm-bench = fastcomm.bench.cli:main"]},

@@ -17,7 +17,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -m venv "$venv"
 fi
 echo "== installing $torch_req and the tools into $venv" >&2
-"$venv/bin/pip" install -q --disable-pip-version-check "$torch_req" numpy pytest pytest-benchmark ninja setuptools wheel
+"$venv/bin/pip" install -q --disable-pip-version-check "$torch_req" numpy pytest pytest-benchmark ninja setuptools wheel matplotlib
 echo "== building fastcomm into $venv" >&2
 if [[ ${FASTCOMM_EDITABLE:-1} == 1 ]]; then
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .

@@ -165,7 +165,7 @@ def test_cli_end_to_end(tmp_path, nproc):
     rows = data["results"]["fastcomm"]["rows"]
     assert len(rows) == 8 * 5 * 4  # dtypes x ops x sizes
     assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in rows)
-    assert all(r["size"] % (nproc * 1) == 0 for r in rows)
+    assert all(r["count"] % nproc == 0 for r in rows)  # split per rank
     assert "side by side: fastcomm vs gloo" in out.stdout
     # Gloo refuses AVG on integer types: those rows say so and the run fails
     gloo = data["results"]["gloo"]
@@ -186,3 +186,15 @@ def test_cli_under_torchrun():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fastcomm-bench sendrecv: backend fastcomm, device cpu, 2 ranks" in out.stdout
     assert out.stdout.count("# Out of bounds values : 0 OK") == 1  # only rank 0 prints
+
+
+def test_plot_and_json_files(tmp_path):
+    pytest.importorskip("matplotlib")
+    png, js = tmp_path / "bw.png", tmp_path / "bw.json"
+    cmd = [sys.executable, "-m", "fastcomm.bench", "all_gather", "-b", "64", "-e", "64K", "-f", "4", "-n", "2",
+           "--compare", "gloo", "--plot", str(png), "--json", str(js)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    data = json.loads(js.read_text())
+    assert [r["size"] for r in data["results"]["gloo"]["rows"]] == [64, 256, 1024, 4096, 16384, 65536]
