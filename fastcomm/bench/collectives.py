@@ -116,34 +116,35 @@ def _all_reduce(count, dtype, rank, n, op, root, in_place, device):
     buf = original.clone()
     expected = reduce_exact([input_pattern(r, count, dtype, op, n) for r in range(n)], op, dtype)
     return Buffers(
-        lambda g, a: _works(dist.all_reduce(buf, op=OPS[op], group=g, async_op=a)),
-        lambda: buf.copy_(original),
-        lambda: count_wrong(buf, expected, op), result=buf)
+        run=lambda g, a: _works(dist.all_reduce(buf, op=OPS[op], group=g, async_op=a)),
+        refill=lambda: buf.copy_(original),
+        wrong=lambda: count_wrong(buf, expected, op),
+        result=buf,
+    )
 
 
 def _broadcast(count, dtype, rank, n, op, root, in_place, device):
-    data = input_pattern(root, count, dtype, op, n)
     original = input_pattern(rank, count, dtype, op, n).to(device)
     buf = original.clone()
-
-    def refill():
-        buf.copy_(original)
-
-    return Buffers(lambda g, a: _works(dist.broadcast(buf, src=root, group=g, async_op=a)), refill, lambda: count_wrong(buf, data, "sum"), result=buf)
+    expected = input_pattern(root, count, dtype, op, n)
+    return Buffers(
+        run=lambda g, a: _works(dist.broadcast(buf, src=root, group=g, async_op=a)),
+        refill=lambda: buf.copy_(original),
+        wrong=lambda: count_wrong(buf, expected, "sum"),
+        result=buf,
+    )
 
 
 def _reduce(count, dtype, rank, n, op, root, in_place, device):
     original = input_pattern(rank, count, dtype, op, n).to(device)
     buf = original.clone()
     expected = reduce_exact([input_pattern(r, count, dtype, op, n) for r in range(n)], op, dtype)
-
-    def refill():
-        buf.copy_(original)
-
-    def wrong():
-        return count_wrong(buf, expected, op) if rank == root else 0
-
-    return Buffers(lambda g, a: _works(dist.reduce(buf, dst=root, op=OPS[op], group=g, async_op=a)), refill, wrong, result=buf)
+    return Buffers(
+        run=lambda g, a: _works(dist.reduce(buf, dst=root, op=OPS[op], group=g, async_op=a)),
+        refill=lambda: buf.copy_(original),
+        wrong=lambda: count_wrong(buf, expected, op) if rank == root else 0,  # only the root's result is defined
+        result=buf,
+    )
 
 
 def _all_gather(count, dtype, rank, n, op, root, in_place, device):
@@ -158,9 +159,11 @@ def _all_gather(count, dtype, rank, n, op, root, in_place, device):
         send.copy_(mine)
 
     return Buffers(
-        lambda g, a: _works(dist.all_gather_into_tensor(out, send, group=g, async_op=a)),
-        refill,
-        lambda: count_wrong(out, expected, "sum"), result=out)
+        run=lambda g, a: _works(dist.all_gather_into_tensor(out, send, group=g, async_op=a)),
+        refill=refill,
+        wrong=lambda: count_wrong(out, expected, "sum"),
+        result=out,
+    )
 
 
 def _reduce_scatter(count, dtype, rank, n, op, root, in_place, device):
@@ -170,26 +173,29 @@ def _reduce_scatter(count, dtype, rank, n, op, root, in_place, device):
     recv = send.narrow(0, rank * chunk, chunk) if in_place else torch.zeros(chunk, dtype=dtype, device=device)
     full = reduce_exact([input_pattern(r, count, dtype, op, n) for r in range(n)], op, dtype)
     expected = full[rank * chunk : (rank + 1) * chunk]
-
-    def refill():
-        send.copy_(original)
-
     return Buffers(
-        lambda g, a: _works(dist.reduce_scatter_tensor(recv, send, op=OPS[op], group=g, async_op=a)),
-        refill,
-        lambda: count_wrong(recv, expected, op), result=recv)
+        run=lambda g, a: _works(dist.reduce_scatter_tensor(recv, send, op=OPS[op], group=g, async_op=a)),
+        refill=lambda: send.copy_(original),
+        wrong=lambda: count_wrong(recv, expected, op),
+        result=recv,
+    )
 
 
 def _all_to_all(count, dtype, rank, n, op, root, in_place, device):
     chunk = count // n
-    # block sent from s to d: offset (s * n + d) * chunk of the pattern
-    send = torch.cat([input_pattern(rank, chunk, dtype, op, n, offset=(rank * n + d) * chunk) for d in range(n)]).to(device)
+
+    def block(src: int, dst: int) -> torch.Tensor:  # what src sends to dst
+        return input_pattern(src, chunk, dtype, op, n, offset=(src * n + dst) * chunk)
+
+    send = torch.cat([block(rank, d) for d in range(n)]).to(device)
     recv = torch.zeros(count, dtype=dtype, device=device)
-    expected = torch.cat([input_pattern(s, chunk, dtype, op, n, offset=(s * n + rank) * chunk) for s in range(n)])
+    expected = torch.cat([block(s, rank) for s in range(n)])
     return Buffers(
-        lambda g, a: _works(dist.all_to_all_single(recv, send, group=g, async_op=a)),
-        recv.zero_,
-        lambda: count_wrong(recv, expected, "sum"), result=recv)
+        run=lambda g, a: _works(dist.all_to_all_single(recv, send, group=g, async_op=a)),
+        refill=recv.zero_,
+        wrong=lambda: count_wrong(recv, expected, "sum"),
+        result=recv,
+    )
 
 
 def _gather(count, dtype, rank, n, op, root, in_place, device):
@@ -199,9 +205,11 @@ def _gather(count, dtype, rank, n, op, root, in_place, device):
     pieces = list(out.chunk(n)) if rank == root else None
     expected = torch.cat([input_pattern(r, chunk, dtype, op, n, offset=r * chunk) for r in range(n)])
     return Buffers(
-        lambda g, a: _works(dist.gather(send, gather_list=pieces, dst=root, group=g, async_op=a)),
-        out.zero_,
-        lambda: count_wrong(out, expected, "sum") if rank == root else 0, result=out)
+        run=lambda g, a: _works(dist.gather(send, gather_list=pieces, dst=root, group=g, async_op=a)),
+        refill=out.zero_,
+        wrong=lambda: count_wrong(out, expected, "sum") if rank == root else 0,
+        result=out,
+    )
 
 
 def _scatter(count, dtype, rank, n, op, root, in_place, device):
@@ -211,12 +219,15 @@ def _scatter(count, dtype, rank, n, op, root, in_place, device):
     recv = torch.zeros(chunk, dtype=dtype, device=device)
     expected = input_pattern(root, count, dtype, op, n)[rank * chunk : (rank + 1) * chunk]
     return Buffers(
-        lambda g, a: _works(dist.scatter(recv, scatter_list=pieces, src=root, group=g, async_op=a)),
-        recv.zero_,
-        lambda: count_wrong(recv, expected, "sum"), result=recv)
+        run=lambda g, a: _works(dist.scatter(recv, scatter_list=pieces, src=root, group=g, async_op=a)),
+        refill=recv.zero_,
+        wrong=lambda: count_wrong(recv, expected, "sum"),
+        result=recv,
+    )
 
 
 def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
+    """nccl-tests' sendrecv: every rank sends to the next and receives from the previous."""
     nxt, prv = (rank + 1) % n, (rank - 1) % n
     send = input_pattern(rank, count, dtype, op, n).to(device)
     recv = torch.zeros(count, dtype=dtype, device=device)
@@ -228,13 +239,13 @@ def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
             return []
         ops = [dist.P2POp(dist.isend, send, group=g, group_peer=nxt), dist.P2POp(dist.irecv, recv, group=g, group_peer=prv)]
         works = dist.batch_isend_irecv(ops)
-        if not a:
-            for w in works:
-                w.wait()
-            return []
-        return works
+        if a:
+            return works
+        for w in works:
+            w.wait()
+        return []
 
-    return Buffers(run, recv.zero_, lambda: count_wrong(recv, expected, "sum"), result=recv)
+    return Buffers(run=run, refill=recv.zero_, wrong=lambda: count_wrong(recv, expected, "sum"), result=recv)
 
 
 COLLECTIVES = {
