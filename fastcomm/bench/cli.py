@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-z", "--blocking", default="0", help="1: wait after every call (default 0)")
     p.add_argument("--backend", default="fastcomm", help="fastcomm (default), gloo, nccl or mpi")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda for nccl, else cpu)")
-    p.add_argument("--nproc", default=None, help="local ranks to spawn (default 2; under torchrun: the launcher's)")
+    p.add_argument("--nproc", default=None,
+                   help="local ranks to spawn (default 2 on CPU, one per GPU on CUDA; ignored under torchrun)")
     p.add_argument("--json", default=None, metavar="PATH", help="write every row and the summary as JSON")
     p.add_argument("--compare", default=None, metavar="BACKEND", help="also run BACKEND in the same ranks; print ratios")
     p.add_argument("--plot", default=None, metavar="PATH.png", help="busbw against size, one line per backend (needs matplotlib)")
@@ -151,14 +152,6 @@ def parse_args(argv: list[str] | None = None, environ=os.environ) -> Options:
     if a.op is not None and not spec.reduces:
         raise UsageError(f"-o/--op {a.op!r} is invalid for {a.collective}, which does not reduce")
     ops = _choices("op", a.op or "sum", list(OPS)) if spec.reduces else ("none",)
-    under_torchrun = "RANK" in environ and "WORLD_SIZE" in environ
-    if under_torchrun:
-        if a.nproc is not None:
-            raise UsageError("--nproc cannot be used under torchrun: the launcher decides the ranks")
-        nproc = _int("WORLD_SIZE", environ["WORLD_SIZE"], 1)
-    else:
-        nproc = _int("--nproc", a.nproc or "2", 1)
-    root = _int("-r/--root", a.root, 0, nproc - 1)
     device = a.device or ("cuda" if a.backend == "nccl" else "cpu")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r} (choose from cpu, cuda)")
@@ -167,6 +160,21 @@ def parse_args(argv: list[str] | None = None, environ=os.environ) -> Options:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible")
+    under_torchrun = "RANK" in environ and "WORLD_SIZE" in environ
+    if a.nproc is not None:
+        _int("--nproc", a.nproc, 1)  # validated even where the launcher decides
+    if under_torchrun:
+        nproc = _int("WORLD_SIZE", environ["WORLD_SIZE"], 1)
+        if a.nproc is not None and int(a.nproc) != nproc and environ.get("RANK") == "0":
+            print(f"fastcomm-bench: --nproc {a.nproc} ignored under torchrun ({nproc} ranks)", file=sys.stderr)
+    else:
+        default = "2"
+        if device == "cuda":
+            import torch
+
+            default = str(torch.cuda.device_count())
+        nproc = _int("--nproc", a.nproc or default, 1)
+    root = _int("-r/--root", a.root, 0, nproc - 1)
     _check_backend(a.backend, device, "backend")
     if a.compare is not None:
         _check_backend(a.compare, device, "--compare backend")

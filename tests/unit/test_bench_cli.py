@@ -42,6 +42,8 @@ def test_defaults_follow_nccl_tests():
     assert o.ops == ("sum", "prod", "min", "max", "avg") and o.root == 1
     o = cli.parse_args(["broadcast"], environ={"RANK": "0", "WORLD_SIZE": "4"})
     assert o.under_torchrun and o.nproc == 4
+    o = cli.parse_args(["broadcast", "--nproc", "2", "-r", "3"], environ={"RANK": "1", "WORLD_SIZE": "4"})
+    assert o.nproc == 4 and o.root == 3  # the launcher's ranks win
 
 
 @pytest.mark.parametrize(
