@@ -25,10 +25,6 @@ Launched Dispatcher::launch(Collective& c) {
   return algorithm.launch(c, *this);
 }
 
-std::string Dispatcher::choose_name(const Collective& c) const {
-  return choose(c).name();
-}
-
 std::vector<std::string> Dispatcher::names() const {
   std::vector<std::string> out;
   for (const auto& algorithm : algorithms_) out.emplace_back(algorithm->name());

@@ -21,8 +21,6 @@ class Dispatcher {
  public:
   void add(std::unique_ptr<Algorithm> algorithm);
   Launched launch(Collective& c);
-  // Name of the algorithm launch(c) would pick; throws like launch when none does.
-  std::string choose_name(const Collective& c) const;
   std::vector<std::string> names() const;
   std::map<std::string, int64_t> counts() const;
 

@@ -102,7 +102,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   // Validates `c`, stamps device and timeout, launches it, wraps it in a Work.
   c10::intrusive_ptr<c10d::Work> run(Collective c, std::chrono::milliseconds op_timeout);
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> store_;  // this group's store: for rendezvous of engines of fastcomm's own
   std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
   c10::intrusive_ptr<c10d::Backend> gloo_;
   c10::intrusive_ptr<c10d::Backend> nccl_;
