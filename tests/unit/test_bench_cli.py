@@ -1,4 +1,7 @@
-"""fastcomm-bench: argument parsing, nccl-tests formatting, busbw maths, #wrong detection."""
+"""fastcomm-bench: argument parsing, nccl-tests formatting, busbw maths, #wrong detection.
+
+Subprocesses run outside the checkout (cwd=tmp_path) so `python -m fastcomm.bench` imports the
+installed fastcomm, not the source tree (whose in-place _C may be built for another torch)."""
 import datetime
 import json
 import os
@@ -157,7 +160,7 @@ def test_cli_end_to_end(tmp_path, nproc):
     path = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "fastcomm.bench", "reduce_scatter", "-b", "8", "-e", "1K", "-f", "4", "-n", "3",
            "-o", "all", "-d", "all", "--nproc", str(nproc), "--json", str(path), "--compare", "gloo"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode in (0, 1), out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert sum(l.startswith("# Out of bounds values : 0 OK") for l in lines) == 1, out.stdout  # fastcomm's
@@ -176,7 +179,7 @@ def test_cli_end_to_end(tmp_path, nproc):
     assert out.returncode == 1 and "Failed calls" in out.stdout
 
 
-def test_cli_under_torchrun():
+def test_cli_under_torchrun(tmp_path):
     import socket
 
     with socket.socket() as s:
@@ -184,7 +187,7 @@ def test_cli_under_torchrun():
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={port}", "-m", "fastcomm.bench", "sendrecv", "-b", "64", "-e", "64"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fastcomm-bench sendrecv: backend fastcomm, device cpu, 2 ranks" in out.stdout
     assert out.stdout.count("# Out of bounds values : 0 OK") == 1  # only rank 0 prints
@@ -195,7 +198,7 @@ def test_plot_and_json_files(tmp_path):
     png, js = tmp_path / "bw.png", tmp_path / "bw.json"
     cmd = [sys.executable, "-m", "fastcomm.bench", "all_gather", "-b", "64", "-e", "64K", "-f", "4", "-n", "2",
            "--compare", "gloo", "--plot", str(png), "--json", str(js)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     data = json.loads(js.read_text())
