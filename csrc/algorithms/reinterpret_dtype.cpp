@@ -1,15 +1,27 @@
 // reinterpret_dtype: data-movement collectives (broadcast, gathers, scatter,
-// all_to_all, p2p) on int16, which Gloo refuses though it only copies bytes.
+// all_to_all, p2p) on dtypes the transports refuse though they only copy bytes:
+// int16 (Gloo, NCCL) and the move-only dtypes uint16/32/64 and float8 (Gloo).
 //
-// Steps: view each tensor as float16 (same element size, no copy), launch,
-// nothing afterwards: the views share the caller's storage. Bytes are moved
-// bit-exactly because data-movement collectives never do arithmetic.
+// Steps: view each tensor as the same-size dtype every transport moves
+// (1 byte: uint8, 2: float16, 4: int32, 8: int64; no copy), launch, nothing
+// afterwards: the views share the caller's storage. Bytes are moved bit-exactly
+// because data-movement collectives never do arithmetic.
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
+#include "backend/validation.h"
 
 namespace fastcomm {
 
 namespace {
+
+at::ScalarType carrier_for(at::ScalarType dtype) {
+  switch (c10::elementSize(dtype)) {
+    case 1: return at::kByte;
+    case 2: return at::kHalf;
+    case 4: return at::kInt;
+    default: return at::kLong;
+  }
+}
 
 class ReinterpretDtype final : public Algorithm {
  public:
@@ -18,11 +30,13 @@ class ReinterpretDtype final : public Algorithm {
   }
 
   bool accepts(const Collective& c) const override {
-    return !c.is_reduction() && c.dtype() == at::kShort;
+    const auto dtype = c.dtype();
+    return !c.is_reduction() && (dtype == at::kShort || is_move_only_dtype(dtype));
   }
 
   Launched launch(Collective& c, Dispatcher& dispatcher) override {
-    Collective viewed = map_tensors(c, [](const at::Tensor& t) { return t.view(at::kHalf); });
+    const at::ScalarType carrier = carrier_for(c.dtype());
+    Collective viewed = map_tensors(c, [carrier](const at::Tensor& t) { return t.view(carrier); });
     Launched inner = dispatcher.launch(viewed);
     if (!inner.future) return inner;  // p2p: nothing to do afterwards
     std::vector<Launched> parts{std::move(inner)};

@@ -65,8 +65,13 @@ void check_tensors(const Collective& c) {
     FC_CHECK(t.layout() == c10::kStrided || sparse_ok, c.name,
              "only dense (strided) tensors are supported here (sparse COO: all_reduce SUM on CPU only), got layout ",
              t.layout());
-    FC_CHECK(is_supported_dtype(t.scalar_type()), c.name, "unsupported dtype ", t.scalar_type(),
-             " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool)");
+    const auto dtype = t.scalar_type();
+    FC_CHECK(is_reducible_dtype(dtype) || is_move_only_dtype(dtype), c.name, "unsupported dtype ", dtype,
+             " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool; "
+             "for data movement also uint16, uint32, uint64 and the float8 types)");
+    FC_CHECK(!c.is_reduction() || is_reducible_dtype(dtype), c.name, "dtype ", dtype,
+             " can be moved but not reduced (reducible: float32, float64, float16, bfloat16, int8, int16, int32, "
+             "int64, uint8, bool)");
     FC_CHECK(t.device().type() == c.device, c.name, "all tensors must be on one device type; tensor ", i, " is on ",
              t.device(), " but the first is on ", c10::DeviceTypeName(c.device));
   }
@@ -195,7 +200,22 @@ void check_shapes(const Collective& c, int rank, int n) {
 
 }  // namespace
 
-bool is_supported_dtype(at::ScalarType dtype) {
+bool is_move_only_dtype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kUInt16:
+    case at::kUInt32:
+    case at::kUInt64:
+    case at::kFloat8_e4m3fn:
+    case at::kFloat8_e5m2:
+    case at::kFloat8_e4m3fnuz:
+    case at::kFloat8_e5m2fnuz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_reducible_dtype(at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat:
     case at::kDouble:

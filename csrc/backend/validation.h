@@ -13,8 +13,11 @@ namespace fastcomm {
 // `world_size` ranks in which this process is `rank`.
 void validate(const Collective& c, int rank, int world_size);
 
-// The dtypes fastcomm moves and reduces on every device.
-bool is_supported_dtype(at::ScalarType dtype);
+// The dtypes fastcomm reduces (and moves) on every device.
+bool is_reducible_dtype(at::ScalarType dtype);
+// The dtypes fastcomm only moves (broadcast, gathers, scatter, all_to_all, p2p):
+// unsigned 16/32/64-bit and float8 types, carried bit-exactly as a same-size type.
+bool is_move_only_dtype(at::ScalarType dtype);
 
 // Throws when `op` is undefined for `dtype` (bitwise ops on floating types,
 // AVG on bool, PREMUL_SUM off CUDA, ...).

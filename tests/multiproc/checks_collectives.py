@@ -316,6 +316,42 @@ def monitored_barrier_and_sparse(rank, world_size):
     assert_equal(sparse.to_dense(), expected, "sparse all_reduce")
 
 
+MOVE_ONLY = [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _bits(rank: int, numel: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
+    """Arbitrary bit patterns per rank (all bytes, so NaN/inf encodings of float8 too)."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    raw = ((torch.arange(numel * size) * 37 + rank * 101 + salt * 13) % 256).to(torch.uint8)
+    return raw.view(dtype)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{what}: bits differ"
+
+
+def move_only_dtypes(rank, world_size):
+    """uint16/32/64 and float8: moved bit-exactly by broadcast, gathers, scatter, all_to_all, p2p."""
+    for dtype in MOVE_ONLY:
+        t = _bits(rank, 6, dtype)
+        dist.broadcast(t, src=0)
+        _same_bits(t, _bits(0, 6, dtype), f"broadcast {dtype}")
+        out = torch.empty(6 * world_size, dtype=dtype)
+        dist.all_gather_into_tensor(out, _bits(rank, 6, dtype))
+        _same_bits(out, torch.cat([_bits(r, 6, dtype) for r in range(world_size)]), f"all_gather {dtype}")
+        outs = [torch.empty(2, dtype=dtype) for _ in range(world_size)]
+        dist.all_to_all(outs, [_bits(rank, 2, dtype, salt=d) for d in range(world_size)])
+        for s in range(world_size):
+            _same_bits(outs[s], _bits(s, 2, dtype, salt=rank), f"all_to_all {dtype} from {s}")
+        got = torch.empty(3, dtype=dtype)
+        nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+        reqs = [dist.isend(_bits(rank, 3, dtype), dst=nxt), dist.irecv(got, src=prv)]
+        for r in reqs:
+            r.wait()
+        _same_bits(got, _bits(prv, 3, dtype), f"send/recv {dtype}")
+
+
 def subgroups(rank, world_size):
     import fastcomm
 

@@ -36,7 +36,9 @@ def bad_inputs(rank, world_size):
         (lambda: dist.reduce_scatter_tensor(torch.zeros(1), torch.ones(n), op=R.BXOR), r"fastcomm reduce_scatter_tensor: ReduceOp.BXOR"),
         (lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)), r"fastcomm all_reduce: ReduceOp.PREMUL_SUM"),
         # unsupported dtype / layout
-        (lambda: dist.all_reduce(torch.zeros(2, dtype=torch.uint32)), r"fastcomm all_reduce: unsupported dtype UInt32"),
+        (lambda: dist.all_reduce(torch.zeros(2, dtype=torch.uint32)), r"fastcomm all_reduce: dtype UInt32 can be moved but not reduced"),
+        (lambda: dist.reduce_scatter_tensor(torch.zeros(1, dtype=torch.float8_e5m2), torch.zeros(n, dtype=torch.float8_e5m2)), r"fastcomm reduce_scatter_tensor: dtype Float8_e5m2 can be moved but not reduced"),
+        (lambda: dist.broadcast(torch.empty(2, dtype=torch.bits16), src=0), r"fastcomm broadcast: unsupported dtype Bits16"),
         (lambda: dist.all_reduce(torch.ones(2).to_sparse(), op=R.MAX), r"fastcomm all_reduce: only dense"),
         # root / peer out of range (c10d's Python layer passes group ranks through)
         (lambda: pg.broadcast(torch.ones(2), n + 1), r"fastcomm broadcast: invalid root rank %d" % (n + 1)),

@@ -18,6 +18,7 @@ CHECKS = [
     checks.coalesced,
     checks.all_gather_coalesced_list_form,
     checks.monitored_barrier_and_sparse,
+    checks.move_only_dtypes,
     checks.subgroups,
     checks.sequence_numbers,
     checks.algorithm_paths,
