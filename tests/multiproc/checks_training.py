@@ -151,7 +151,7 @@ def fsdp2(rank, world_size):
         torch.testing.assert_close(p.full_tensor().detach(), q.detach(), rtol=1e-10, atol=1e-12, msg=lambda m: f"FSDP2 {name}: {m}")
 
 
-def compiled_functional_collectives(rank, world_size):
+def compiled_functional_collectives(rank, world_size, backend="aot_eager"):
     import torch._dynamo
     import torch.distributed._functional_collectives as funcol
 
@@ -164,7 +164,7 @@ def compiled_functional_collectives(rank, world_size):
 
     x = torch.arange(6, dtype=torch.float32) + rank
     eager = step(x)
-    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(x)
+    compiled = torch.compile(step, backend=backend, fullgraph=True)(x)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
     total = sum((torch.arange(6, dtype=torch.float32) + r) * 2 for r in range(world_size))
     expected = (total + 1) * world_size

@@ -12,8 +12,9 @@ def test_training(ranks, check):
     ranks.run(check)
 
 
-def test_compiled_functional_collectives(ranks2):
-    ranks2.run(checks.compiled_functional_collectives, timeout=300)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_functional_collectives(ranks2, backend):
+    ranks2.run(checks.compiled_functional_collectives, timeout=400, backend=backend)
 
 
 def test_debug_detail(ranks_detail):
