@@ -52,10 +52,9 @@ class CoalescedViaFlatBuffer final : public Algorithm {
       } else if (c.type == c10d::OpType::ALLGATHER_COALESCED) {
         // Row r of the gathered buffer is rank r's packed inputs.
         std::vector<std::vector<at::Tensor>> per_rank(world_size_);
-        for (int64_t r = 0; r < world_size_; ++r) {
-          per_rank[r] = c.output_lists.empty() ? std::vector<at::Tensor>{} : pick(c.output_lists[r], group);
-        }
-        if (c.output_lists.empty()) {
+        if (!c.output_lists.empty()) {  // list form: output_lists[r][i]
+          for (int64_t r = 0; r < world_size_; ++r) per_rank[r] = pick(c.output_lists[r], group);
+        } else {  // tensor form: chunk r of outputs[i]
           for (size_t i : group) {
             auto chunks = rank_chunks(c.outputs[i], world_size_);
             for (int64_t r = 0; r < world_size_; ++r) per_rank[r].push_back(chunks[r]);

@@ -98,12 +98,12 @@ def _check(buffers, group, cfg: SweepConfig, control) -> int:
     return int(t.item())
 
 
-def measure(spec: Collective, size: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
+def measure(spec: Collective, count: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
             prepare=None) -> Measurement:
-    """Times and checks one placement. `prepare` overrides spec.prepare (tests inject faults through it)."""
+    """Times and checks one placement of `count` elements. `prepare` overrides spec.prepare
+    (tests inject faults through it)."""
     n = dist.get_world_size(group)
     torch_dtype = DTYPES[dtype]
-    count = spec.count_for(size, torch.tensor([], dtype=torch_dtype).element_size(), n)
     device = torch.device(cfg.device, torch.cuda.current_device()) if cfg.device == "cuda" else torch.device("cpu")
     buffers = (prepare or spec.prepare)(count, torch_dtype, dist.get_rank(group), n, op, cfg.root, in_place, device)
     try:
@@ -112,7 +112,7 @@ def measure(spec: Collective, size: int, dtype: str, op: str, in_place: bool, gr
         dist.barrier(group=control)
         return Measurement(0.0, 0.0, 0.0, None, error=str(e).strip().splitlines()[0])
     time_us = _combine(elapsed, cfg.average, control)
-    nbytes = count * torch.tensor([], dtype=torch_dtype).element_size()
+    nbytes = count * torch_dtype.itemsize
     algbw = nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
     wrong = _check(buffers, group, cfg, control) if cfg.check > 0 else None
     return Measurement(time_us, algbw, algbw * spec.bus_factor(n), wrong)
@@ -128,11 +128,11 @@ def sweep(cfg: SweepConfig, groups: dict[str, dist.ProcessGroup], control: dist.
     rows: dict[str, list[Row]] = {label: [] for label in groups}
     cases = [(d, o, s) for d in cfg.dtypes for o in cfg.ops for s in cfg.sizes]
     for done, (dtype, op, size) in enumerate(cases, start=1):
-        element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+        element = DTYPES[dtype].itemsize
         count = spec.count_for(size, element, n)
         for label, group in groups.items():
-            oop = measure(spec, size, dtype, op, False, group, control, cfg, prepare) if spec.out_of_place else None
-            ip = measure(spec, size, dtype, op, True, group, control, cfg, prepare) if spec.in_place else None
+            oop = measure(spec, count, dtype, op, False, group, control, cfg, prepare) if spec.out_of_place else None
+            ip = measure(spec, count, dtype, op, True, group, control, cfg, prepare) if spec.in_place else None
             row = Row(count * element, count, dtype, op if spec.reduces else "none", cfg.root if spec.rooted else -1, oop, ip)
             rows[label].append(row)
             if on_row:
