@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define FASTCOMM_HOST_DEVICE __host__ __device__
@@ -26,6 +27,11 @@
 
 namespace fastcomm {
 namespace syncbn {
+
+// The accumulation type of element type T: float for float, half and
+// bfloat16, double for double.
+template <typename T>
+using acc_type = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // A tensor of shape (N, C, *spatial) seen as [rows][channels][inner]: element
 // (r, c, i) lives at offset (r * channels + c) * inner + i.

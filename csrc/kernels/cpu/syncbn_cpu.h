@@ -1,21 +1,15 @@
 // SyncBatchNorm's CPU kernels: pure functions over raw pointers and a
 // ChannelLayout (kernels/syncbn_math.h). T is the element type (float, double,
-// c10::Half, c10::BFloat16); Acc is float for all but double, whose Acc is
-// double. Reductions run in Acc lanes folded into float64 every few thousand
-// elements, over a fixed partition of the rows, so results do not depend on
-// the number of threads. All parallelism is at::parallel_for.
+// c10::Half, c10::BFloat16); Acc is acc_type<T> (syncbn_math.h). Reductions
+// run over a fixed partition of the rows (channel_reduction.h), so results do
+// not depend on the number of threads. All parallelism is at::parallel_for.
 #pragma once
-
-#include <type_traits>
 
 #include "kernels/syncbn_math.h"
 
 namespace fastcomm {
 namespace syncbn {
 
-// The accumulation type of element type T.
-template <typename T>
-using acc_type = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // One pass of Welford over every channel: writes the packed forward
 // statistics (1 + 2C float64 values, layout in syncbn_math.h).

@@ -1,0 +1,156 @@
+"""fastcomm.nn.SyncBatchNorm against torch's SyncBatchNorm algorithm on CPU,
+side by side in the same processes and the same run.
+
+The peer (benchmarks/torch_syncbn_algorithm.py) is torch.nn.SyncBatchNorm's
+autograd function with its GPU-only kernels written as torch CPU ops: forward
+all_gather of [mean, invstd, count], backward all_reduce of [sum_dy, sum_dy_xmu].
+Both run in one process group (default: a fastcomm group; --backend gloo for a
+gloo one), one training step = forward + backward of one layer. For every
+layer the two are timed in alternating rounds (so machine noise hits both
+alike); the table gives medians (slowest rank), the ratio torch / fastcomm
+(> 1: fastcomm faster), the collectives each launched per step (counted by the
+fastcomm backend), and "comm us", the time of two bare all_reduces of the
+packed statistics in the same group: the floor that communication sets.
+
+    python benchmarks/syncbn_vs_torch.py                 # 2 ranks, float32, the default layers
+    python benchmarks/syncbn_vs_torch.py --dtype bfloat16 --nproc 3
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# name: (per-rank input shape, channels_last)
+LAYERS = {
+    "bn2d 4x32x8x8": ((4, 32, 8, 8), False),
+    "bn1d 256x1024": ((256, 1024), False),
+    "bn2d 8x64x56x56": ((8, 64, 56, 56), False),
+    "bn2d 16x128x28x28": ((16, 128, 28, 28), False),
+    "bn2d 16x128x28x28 cl": ((16, 128, 28, 28), True),
+    "bn2d 32x256x14x14": ((32, 256, 14, 14), False),
+    "bn2d 32x512x7x7": ((32, 512, 7, 7), False),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _time(fn, iters: int) -> float:
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+def _collectives() -> int:
+    import fastcomm
+
+    return sum(fastcomm.fastcomm_backend().algorithm_counts().values())
+
+
+def _worker(rank: int, args, store_path: str, result_path: str) -> None:
+    import fastcomm
+    from torch_syncbn_algorithm import TorchAlgorithmSyncBatchNorm
+
+    torch.set_num_threads(args.threads)
+    store = dist.FileStore(store_path, args.nproc)
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=args.nproc, timeout=datetime.timedelta(seconds=300))
+    dtype = DTYPES[args.dtype]
+    rows = []
+    for name in args.layers:
+        shape, channels_last = LAYERS[name]
+        channels = shape[1]
+        g = torch.Generator().manual_seed(rank)
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = (torch.randn(*shape, generator=g) * 2 + 1).to(dtype).contiguous(memory_format=fmt).requires_grad_()
+        dy = torch.randn(*shape, generator=g).to(dtype).contiguous(memory_format=fmt)
+        layers = {"fastcomm": fastcomm.nn.SyncBatchNorm(channels), "torch": TorchAlgorithmSyncBatchNorm(channels)}
+
+        def step(layer):
+            x.grad = None
+            layer.zero_grad(set_to_none=True)
+            y = layer(x)
+            y.backward(dy)
+            return y
+
+        # the peer is faithful: same outputs and input gradients
+        y_fc, dx_fc = step(layers["fastcomm"]).detach(), x.grad.clone()
+        y_t, dx_t = step(layers["torch"]).detach(), x.grad.clone()
+        tol = 1e-4 if dtype == torch.float32 else 5e-2
+        torch.testing.assert_close(y_fc, y_t, rtol=tol, atol=tol)
+        torch.testing.assert_close(dx_fc, dx_t, rtol=tol, atol=tol)
+
+        counts = {}
+        if args.backend == "fastcomm":
+            for impl, layer in layers.items():
+                before = _collectives()
+                step(layer)
+                counts[impl] = _collectives() - before
+        packed = torch.zeros(2 * channels + 1, dtype=torch.float64)
+        comm = lambda: (dist.all_reduce(packed), dist.all_reduce(packed[1:]))  # noqa: E731
+        fns = {impl: (lambda layer=layer: step(layer)) for impl, layer in layers.items()}
+        fns["comm"] = comm
+        for fn in fns.values():
+            for _ in range(args.warmup):
+                fn()
+        probe = torch.tensor([max(_time(fns["torch"], 2), _time(fns["fastcomm"], 2))])
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX)  # same iteration count on every rank
+        iters = int(min(args.max_iters, max(2, args.seconds / args.rounds / probe.item())))
+        samples = {impl: [] for impl in fns}
+        for _ in range(args.rounds):
+            for impl, fn in fns.items():
+                dist.barrier()
+                samples[impl].append(_time(fn, iters))
+        medians = torch.tensor([statistics.median(samples[impl]) for impl in ("fastcomm", "torch", "comm")])
+        dist.all_reduce(medians, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
+        rows.append((name, *medians.tolist(), counts.get("fastcomm", -1), counts.get("torch", -1)))
+        if rank == 0:
+            print(f"  measured {name}", file=sys.stderr, flush=True)
+    if rank == 0:
+        with open(result_path, "w") as f:
+            for r in rows:
+                f.write("|".join(map(str, r)) + "\n")
+    dist.destroy_process_group()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), metavar="LAYER",
+                   help="layers to run (default: all): " + ", ".join(f"'{n}'" for n in LAYERS))
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per layer")
+    p.add_argument("--seconds", type=float, default=1.0, help="target time per layer and implementation")
+    p.add_argument("--max-iters", type=int, default=500)
+    args = p.parse_args(argv)
+    if args.nproc < 2 or args.threads < 1 or args.rounds < 1:
+        p.error("need --nproc >= 2, --threads >= 1, --rounds >= 1")
+    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
+        result = os.path.join(tmp, "result")
+        mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
+        rows = [line.rstrip("\n").split("|") for line in open(result)]
+    print(f"# SyncBatchNorm forward+backward, {args.dtype}, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
+          f" median of {args.rounds} alternating rounds, slowest rank")
+    print("# ratio = torch-algorithm time / fastcomm time (> 1: fastcomm faster); coll = collectives per layer per step")
+    print(f"{'layer (per rank)':<22} {'fastcomm us':>12} {'torch us':>12} {'ratio':>6} {'comm us':>9} {'fc coll':>8} {'torch coll':>10}")
+    for name, t_fc, t_torch, t_comm, c_fc, c_torch in rows:
+        t_fc, t_torch, t_comm = float(t_fc), float(t_torch), float(t_comm)
+        coll = lambda c: "-" if int(float(c)) < 0 else str(int(float(c)))  # noqa: E731
+        print(f"{name:<22} {t_fc * 1e6:>12.1f} {t_torch * 1e6:>12.1f} {t_torch / t_fc:>6.2f} {t_comm * 1e6:>9.1f} {coll(c_fc):>8} {coll(c_torch):>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
