@@ -8,9 +8,11 @@ Both run in one process group (default: a fastcomm group; --backend gloo for a
 gloo one), one training step = forward + backward of one layer. For every
 layer the two are timed in alternating rounds (so machine noise hits both
 alike); the table gives medians (slowest rank), the ratio torch / fastcomm
-(> 1: fastcomm faster), the collectives each launched per step (counted by the
-fastcomm backend), and "comm us", the time of two bare all_reduces of the
-packed statistics in the same group: the floor that communication sets.
+(> 1: fastcomm faster), the collectives each called per step (counted by the
+fastcomm group's sequence number), and "comm us", the time of two bare all_reduces of the
+packed statistics in the same group: the floor that communication sets. The
+"local" columns time the same steps with the collectives left out (each rank's
+own statistics): the kernels alone, free of the transport's noise.
 
     python benchmarks/syncbn_vs_torch.py                 # 2 ranks, float32, the default layers
     python benchmarks/syncbn_vs_torch.py --dtype bfloat16 --nproc 3
@@ -52,13 +54,15 @@ def _time(fn, iters: int) -> float:
 
 
 def _collectives() -> int:
+    """Collectives called on the default fastcomm group (its sequence number counts each call once)."""
     import fastcomm
 
-    return sum(fastcomm.fastcomm_backend().algorithm_counts().values())
+    return fastcomm.fastcomm_backend()._get_sequence_number_for_group()
 
 
 def _worker(rank: int, args, store_path: str, result_path: str) -> None:
     import fastcomm
+    from fastcomm.nn._syncbn_function import SyncBatchNormFunction
     from torch_syncbn_algorithm import TorchAlgorithmSyncBatchNorm
 
     torch.set_num_threads(args.threads)
@@ -73,11 +77,18 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = (torch.randn(*shape, generator=g) * 2 + 1).to(dtype).contiguous(memory_format=fmt).requires_grad_()
         dy = torch.randn(*shape, generator=g).to(dtype).contiguous(memory_format=fmt)
-        layers = {"fastcomm": fastcomm.nn.SyncBatchNorm(channels), "torch": TorchAlgorithmSyncBatchNorm(channels)}
+        fc_local = fastcomm.nn.SyncBatchNorm(channels)
+        layers = {
+            "fastcomm": fastcomm.nn.SyncBatchNorm(channels),
+            "torch": TorchAlgorithmSyncBatchNorm(channels),
+            "fastcomm local": lambda x: SyncBatchNormFunction.apply(  # noqa: E731  (no group: no collective)
+                x, fc_local.weight, fc_local.bias, fc_local.running_mean, fc_local.running_var, 1e-5, 0.1, None
+            ),
+            "torch local": TorchAlgorithmSyncBatchNorm(channels, communicate=False),
+        }
 
         def step(layer):
             x.grad = None
-            layer.zero_grad(set_to_none=True)
             y = layer(x)
             y.backward(dy)
             return y
@@ -91,7 +102,8 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
 
         counts = {}
         if args.backend == "fastcomm":
-            for impl, layer in layers.items():
+            for impl in ("fastcomm", "torch"):
+                layer = layers[impl]
                 before = _collectives()
                 step(layer)
                 counts[impl] = _collectives() - before
@@ -110,7 +122,8 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
             for impl, fn in fns.items():
                 dist.barrier()
                 samples[impl].append(_time(fn, iters))
-        medians = torch.tensor([statistics.median(samples[impl]) for impl in ("fastcomm", "torch", "comm")])
+        order = ("fastcomm", "torch", "comm", "fastcomm local", "torch local")
+        medians = torch.tensor([statistics.median(samples[impl]) for impl in order])
         dist.all_reduce(medians, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
         rows.append((name, *medians.tolist(), counts.get("fastcomm", -1), counts.get("torch", -1)))
         if rank == 0:
@@ -144,11 +157,13 @@ def main(argv=None) -> int:
     print(f"# SyncBatchNorm forward+backward, {args.dtype}, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
           f" median of {args.rounds} alternating rounds, slowest rank")
     print("# ratio = torch-algorithm time / fastcomm time (> 1: fastcomm faster); coll = collectives per layer per step")
-    print(f"{'layer (per rank)':<22} {'fastcomm us':>12} {'torch us':>12} {'ratio':>6} {'comm us':>9} {'fc coll':>8} {'torch coll':>10}")
-    for name, t_fc, t_torch, t_comm, c_fc, c_torch in rows:
-        t_fc, t_torch, t_comm = float(t_fc), float(t_torch), float(t_comm)
+    print(f"{'layer (per rank)':<22} {'fastcomm us':>11} {'torch us':>9} {'ratio':>6} {'comm us':>8}"
+          f" {'fc local':>9} {'torch local':>11} {'ratio':>6} {'fc coll':>7} {'torch coll':>10}")
+    for name, *times, c_fc, c_torch in rows:
+        t_fc, t_torch, t_comm, l_fc, l_torch = (float(t) * 1e6 for t in times)
         coll = lambda c: "-" if int(float(c)) < 0 else str(int(float(c)))  # noqa: E731
-        print(f"{name:<22} {t_fc * 1e6:>12.1f} {t_torch * 1e6:>12.1f} {t_torch / t_fc:>6.2f} {t_comm * 1e6:>9.1f} {coll(c_fc):>8} {coll(c_torch):>10}")
+        print(f"{name:<22} {t_fc:>11.1f} {t_torch:>9.1f} {t_torch / t_fc:>6.2f} {t_comm:>8.1f}"
+              f" {l_fc:>9.1f} {l_torch:>11.1f} {l_torch / l_fc:>6.2f} {coll(c_fc):>7} {coll(c_torch):>10}")
     return 0
 
 

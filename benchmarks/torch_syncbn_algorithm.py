@@ -74,7 +74,10 @@ class _TorchAlgorithmFunction(torch.autograd.Function):
         else:
             combined = torch.zeros(2 * c + 1, dtype=x.dtype)
         gathered = torch.empty(world_size * combined.numel(), dtype=combined.dtype)
-        dist.all_gather_single(gathered, combined, group)
+        if group is not None:
+            dist.all_gather_single(gathered, combined, group)
+        else:  # compute only (the benchmark's local column): this rank's statistics alone
+            gathered.copy_(combined)
         mean_all, invstd_all, count_all = torch.split(gathered.view(world_size, -1), c, dim=1)
         mask = count_all.squeeze(-1) >= 1  # host sync, as torch does
         mean_all, invstd_all, count_all = mean_all[mask], invstd_all[mask], count_all[mask]
@@ -89,21 +92,27 @@ class _TorchAlgorithmFunction(torch.autograd.Function):
         dy = dy.contiguous()
         sum_dy, sum_dy_xmu, grad_weight, grad_bias = batch_norm_backward_reduce(dy, x, mean, invstd)
         combined = torch.cat([sum_dy, sum_dy_xmu])
-        dist.all_reduce(combined, group=ctx.group)
+        if ctx.group is not None:
+            dist.all_reduce(combined, group=ctx.group)
         sum_dy, sum_dy_xmu = torch.split(combined, x.size(1))
         grad_input = batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count_all)
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 class TorchAlgorithmSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """Training-mode SyncBatchNorm over the world, torch's algorithm on CPU (benchmark peer only)."""
+    """Training-mode SyncBatchNorm over the world, torch's algorithm on CPU (benchmark peer only).
+    communicate=False skips the two collectives (this rank's statistics alone)."""
+
+    def __init__(self, num_features: int, communicate: bool = True) -> None:
+        super().__init__(num_features)
+        self.communicate = communicate
 
     def _check_input_dim(self, input):
         pass
 
     def forward(self, x):
         self.num_batches_tracked.add_(1)
+        group, world_size = (dist.group.WORLD, dist.get_world_size()) if self.communicate else (None, 1)
         return _TorchAlgorithmFunction.apply(
-            x, self.weight, self.bias, self.running_mean, self.running_var, self.eps, self.momentum,
-            dist.group.WORLD, dist.get_world_size(),
+            x, self.weight, self.bias, self.running_mean, self.running_var, self.eps, self.momentum, group, world_size
         )

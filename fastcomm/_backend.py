@@ -54,7 +54,7 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     gloo = _make_gloo(store, rank, size, timeout, options)
     reason = _cuda_unavailable_reason()
     nccl = _make_nccl(store, rank, size, timeout) if not reason else None
-    return _C.ProcessGroupFastcomm(store, rank, size, timeout, gloo, nccl, reason)
+    return _C.ProcessGroupFastcomm(store, rank, size, timeout, gloo, nccl, reason, options.allreduce_allgather_max_bytes)
 
 
 def fastcomm_backend(group: dist.ProcessGroup | None = None) -> _C.ProcessGroupFastcomm:

@@ -41,6 +41,12 @@ def ranks_detail():
     return _pool(2, (("TORCH_DISTRIBUTED_DEBUG", "DETAIL"),))
 
 
+@pytest.fixture
+def ranks_no_allgather():
+    """2 ranks with small all_reduce left to Gloo (allreduce_via_allgather off)."""
+    return _pool(2, (("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0"),))
+
+
 def pytest_sessionfinish(session, exitstatus):
     for pool in _pools.values():
         pool.close()

@@ -35,7 +35,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
     std::chrono::milliseconds timeout,
     c10::intrusive_ptr<c10d::Backend> gloo,
     c10::intrusive_ptr<c10d::Backend> nccl,
-    std::string cuda_unavailable_reason)
+    std::string cuda_unavailable_reason,
+    int64_t allreduce_allgather_max_bytes)
     : c10d::Backend(rank, size),
       store_(std::move(store)),
       timeout_ms_(timeout.count()),
@@ -50,6 +51,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
+  dispatcher_.add(make_allreduce_via_allgather(size, allreduce_allgather_max_bytes));
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, gloo_));
   if (nccl_) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, nccl_));
   init();

@@ -32,7 +32,8 @@ class ProcessGroupFastcomm final : public c10d::Backend {
       std::chrono::milliseconds timeout,
       c10::intrusive_ptr<c10d::Backend> gloo,
       c10::intrusive_ptr<c10d::Backend> nccl,
-      std::string cuda_unavailable_reason);
+      std::string cuda_unavailable_reason,
+      int64_t allreduce_allgather_max_bytes);
 
   const std::string getBackendName() const override {
     return "fastcomm";

@@ -55,9 +55,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
                                                                                           "ProcessGroupFastcomm")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds,
-                    c10::intrusive_ptr<c10d::Backend>, c10::intrusive_ptr<c10d::Backend>, std::string>(),
+                    c10::intrusive_ptr<c10d::Backend>, c10::intrusive_ptr<c10d::Backend>, std::string, int64_t>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("gloo"), py::arg("nccl"),
-           py::arg("cuda_unavailable_reason"), py::call_guard<py::gil_scoped_release>())
+           py::arg("cuda_unavailable_reason"), py::arg("allreduce_allgather_max_bytes"),
+           py::call_guard<py::gil_scoped_release>())
       .def("algorithm_names", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().names(); },
            "Registered algorithms, in the order they are asked.")
       .def("algorithm_counts", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().counts(); },

@@ -402,3 +402,26 @@ def algorithm_paths(rank, world_size):
     assert after.get("int16_via_int32", 0) == before.get("int16_via_int32", 0) + 1
     assert after.get("avg_via_sum", 0) == before.get("avg_via_sum", 0) + 1
     assert backend.algorithm_names()[-1] == "gloo_fallback"
+    _small_all_reduce_path(backend, rank, world_size)
+
+
+def _small_all_reduce_path(backend, rank, world_size):
+    """all_reduce up to FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES: one all_gather and a
+    local reduction in rank order, bitwise identical on every rank; larger: Gloo's."""
+    from fastcomm._options import read_options
+
+    limit = read_options().allreduce_allgather_max_bytes
+    used = lambda: backend.algorithm_counts().get("allreduce_via_allgather", 0)  # noqa: E731
+    before = used()
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(rank), dtype=torch.float32)
+    inputs = [torch.randn(1000, generator=torch.Generator().manual_seed(r), dtype=torch.float32) for r in range(world_size)]
+    dist.all_reduce(x)
+    assert used() == before + (1 if limit >= x.nbytes else 0), (limit, before, used())
+    torch.testing.assert_close(x, sum(t.double() for t in inputs).float(), rtol=1e-6, atol=1e-6)
+    everyone = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(everyone, x)
+    assert all(torch.equal(e, x) for e in everyone), "all_reduce results differ between ranks"
+    big = torch.ones(max(limit, 4) // 4 + 1)  # one element past the limit
+    before = used()
+    dist.all_reduce(big)
+    assert used() == before and torch.equal(big, torch.full_like(big, float(world_size)))

@@ -28,3 +28,9 @@ CHECKS = [
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_collective(ranks, check):
     ranks.run(check)
+
+
+@pytest.mark.parametrize("check", [checks.all_reduce, checks.all_reduce_layouts, checks.algorithm_paths], ids=lambda c: c.__name__)
+def test_all_reduce_without_allgather_path(ranks_no_allgather, check):
+    """FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES=0: every all_reduce goes to Gloo's own algorithm."""
+    ranks_no_allgather.run(check)

@@ -23,12 +23,20 @@ def test_import_does_not_initialise_cuda():
 
 def test_options_defaults_and_validation(monkeypatch):
     monkeypatch.delenv("FASTCOMM_GLOO_THREADS", raising=False)
+    monkeypatch.delenv("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", raising=False)
     assert read_options() == Options()
     monkeypatch.setenv("FASTCOMM_GLOO_THREADS", "4")
     assert read_options().gloo_threads == 4
     for bad in ("0", "-1", "two"):
         monkeypatch.setenv("FASTCOMM_GLOO_THREADS", bad)
         with pytest.raises(ValueError, match="FASTCOMM_GLOO_THREADS must be a positive integer"):
+            read_options()
+    monkeypatch.delenv("FASTCOMM_GLOO_THREADS")
+    monkeypatch.setenv("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0")
+    assert read_options().allreduce_allgather_max_bytes == 0
+    for bad in ("-1", "1k"):
+        monkeypatch.setenv("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", bad)
+        with pytest.raises(ValueError, match="FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES must be a non-negative integer"):
             read_options()
 
 
