@@ -27,7 +27,9 @@ def _channel_view(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def batch_norm_stats(x, eps):
-    var, mean = torch.var_mean(x, _reduce_dims(x), correction=0)
+    # float32 statistics for half inputs, as torch's kernel (here an upcast copy: no CPU op reduces bf16 into float)
+    stats_input = x if x.dtype == torch.float64 else x.float()
+    var, mean = torch.var_mean(stats_input, _reduce_dims(x), correction=0)
     return mean, torch.rsqrt(var + eps)
 
 
@@ -59,7 +61,8 @@ def batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, c
     n = count.sum()
     w = weight if weight is not None else torch.ones_like(invstd)
     xhat_coeff = invstd.square() * sum_dy_xmu / n
-    return (dy - _channel_view(sum_dy / n, x) - (x - _channel_view(mean, x)) * _channel_view(xhat_coeff, x)) * _channel_view(invstd * w, x)
+    dx = (dy - _channel_view(sum_dy / n, x) - (x - _channel_view(mean, x)) * _channel_view(xhat_coeff, x)) * _channel_view(invstd * w, x)
+    return dx.to(dy.dtype)
 
 
 class _TorchAlgorithmFunction(torch.autograd.Function):
@@ -72,7 +75,7 @@ class _TorchAlgorithmFunction(torch.autograd.Function):
             count = torch.full((1,), x.numel() // c, dtype=mean.dtype)
             combined = torch.cat([mean, invstd, count])
         else:
-            combined = torch.zeros(2 * c + 1, dtype=x.dtype)
+            combined = torch.zeros(2 * c + 1, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
         gathered = torch.empty(world_size * combined.numel(), dtype=combined.dtype)
         if group is not None:
             dist.all_gather_single(gathered, combined, group)
