@@ -55,8 +55,12 @@ def matches_batchnorm(
     kwargs = dict(momentum=momentum, affine=affine, track_running_stats=track_running_stats)
     ours = SyncBatchNorm(channels, dtype=param_dtype, **kwargs)
     ref = batchnorm_class(1 + len(feature_shape))(channels, dtype=torch.float64, **kwargs)
-    init_affine(ours)
-    init_affine(ref)
+    # float32 also against torch's own float32 batch norm, where its float32 sums are still exact to 1e-5
+    per_channel = sum(sizes) * int(torch.tensor(feature_shape[1:]).prod())
+    ref32 = batchnorm_class(1 + len(feature_shape))(channels, **kwargs) if dtype == torch.float32 and per_channel <= 4096 else None
+    for module in (ours, ref, ref32):
+        if module is not None:
+            init_affine(module)
     for step in range(steps):
         x, dy = global_batch(sum(sizes), feature_shape, dtype, seed=10 + step, channels_last=channels_last)
         y, dx = forward_backward(ours, x[mine], dy[mine])
@@ -64,6 +68,16 @@ def matches_batchnorm(
         assert_close(y, y_ref[mine], dtype, f"step {step} output")
         assert_close(dx, dx_ref[mine], dtype, f"step {step} input grad")
         assert y.stride() == x[mine].stride(), f"output strides {y.stride()} differ from the input's {x[mine].stride()}"
+        if ref32 is not None:
+            y32, dx32 = forward_backward(ref32, x, dy)
+            torch.testing.assert_close(y, y32[mine], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(dx, dx32[mine], rtol=1e-5, atol=1e-5)
+            if affine:
+                for name in ("weight", "bias"):
+                    torch.testing.assert_close(_summed_over_ranks(getattr(ours, name).grad), getattr(ref32, name).grad, rtol=1e-5, atol=1e-5)
+                    getattr(ref32, name).grad = None
+            if track_running_stats:
+                torch.testing.assert_close(ours.running_var, ref32.running_var, rtol=1e-5, atol=1e-5)
         if affine:
             for name in ("weight", "bias"):
                 grad = getattr(ours, name).grad
@@ -101,6 +115,11 @@ def two_collectives_per_layer(rank, world_size):
     after_backward = _collectives_launched()
     assert after_forward - start == 3, f"forward launched {after_forward - start} collectives for 3 layers"
     assert after_backward - after_forward == 3, f"backward launched {after_backward - after_forward} for 3 layers"
+    # an input that needs no gradient (a first layer): its backward only forms the local weight and bias gradients
+    start = _collectives_launched()
+    model(x.detach()).square().sum().backward()
+    assert _collectives_launched() - start == 5, f"{_collectives_launched() - start} collectives, expected 3 + 2"
+    assert model[0].weight.grad is not None
 
 
 def _net() -> nn.Module:

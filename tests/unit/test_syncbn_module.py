@@ -53,6 +53,22 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(fn, (xc, w, b))
 
 
+def test_expanded_and_channels_last_output_gradients():
+    """loss.sum() hands backward an expanded gradient (stride 0); any layout is accepted."""
+    x, _ = global_batch(4, (3, 5, 6), torch.float32, seed=4, channels_last=True)
+    ours, ref = SyncBatchNorm(3), nn.BatchNorm2d(3, dtype=torch.float64)
+    xo, xr = x.clone().requires_grad_(), x.double().requires_grad_()
+    ours(xo).sum().backward()
+    ref(xr).sum().backward()
+    assert_close(xo.grad, xr.grad, torch.float32, "input grad of sum()")
+    xo.grad = None
+    dy = torch.randn(4, 3, 5, 6).contiguous()  # NCHW gradient for a channels-last input
+    ours(xo).backward(dy)
+    xr.grad = None
+    ref(xr).backward(dy.double())
+    assert_close(xo.grad, xr.grad, torch.float32, "input grad, other layout")
+
+
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_running_statistics(momentum):
     ours, ref = SyncBatchNorm(3, momentum=momentum), nn.BatchNorm2d(3, momentum=momentum, dtype=torch.float64)
