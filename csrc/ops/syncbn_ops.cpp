@@ -89,10 +89,12 @@ at::Tensor normalize_cpu_op(const at::Tensor& input, const at::Tensor& mean, con
   check_optional_vector(weight, channels, input.device(), op, "weight");
   check_optional_vector(bias, channels, input.device(), op, "bias");
   at::Tensor output = at::empty_like(in.tensor);
+  const at::Tensor mean_c = mean.contiguous();  // held: the kernels read their data
+  const at::Tensor invstd_c = invstd.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
-    const Acc* m = mean.contiguous().const_data_ptr<Acc>();
-    const Acc* inv = invstd.contiguous().const_data_ptr<Acc>();
+    const Acc* m = mean_c.const_data_ptr<Acc>();
+    const Acc* inv = invstd_c.const_data_ptr<Acc>();
     std::vector<Acc> scale = channel_values_or<Acc>(weight, channels, Acc(1), acc_dtype);
     const std::vector<Acc> shift = channel_values_or<Acc>(bias, channels, Acc(0), acc_dtype);
     for (int64_t c = 0; c < channels; ++c) scale[c] *= inv[c];
@@ -108,10 +110,11 @@ at::Tensor grad_sums_cpu_op(const at::Tensor& grad_output, const at::Tensor& inp
   const at::Tensor dy = in_layout_of(grad_output, in, op);
   check_vector(mean, in.layout.channels, input.device(), stats_dtype_for(input.scalar_type()), op, "mean");
   at::Tensor sums = at::empty({2 * in.layout.channels}, input.options().dtype(at::kDouble));
+  const at::Tensor mean_c = mean.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
     grad_sums_cpu<scalar_t, Acc>(dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(), in.layout,
-                                 mean.contiguous().const_data_ptr<Acc>(), sums.data_ptr<double>());
+                                 mean_c.const_data_ptr<Acc>(), sums.data_ptr<double>());
   });
   return sums;
 }
@@ -131,11 +134,14 @@ at::Tensor grad_input_cpu_op(const at::Tensor& grad_output, const at::Tensor& in
   FC_CHECK(channels_of_packed_stats(packed, op) == channels, op, "packed statistics describe ",
            channels_of_packed_stats(packed, op), " channels, the input has ", channels);
   at::Tensor grad_input = at::empty_like(in.tensor);
+  const at::Tensor sums_c = sums.contiguous();  // held: the kernels read their data
+  const at::Tensor mean_c = mean.contiguous();
+  const at::Tensor invstd_c = invstd.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
     const double n = packed.const_data_ptr<double>()[0];
-    const double* s = sums.contiguous().const_data_ptr<double>();
-    const Acc* inv = invstd.contiguous().const_data_ptr<Acc>();
+    const double* s = sums_c.const_data_ptr<double>();
+    const Acc* inv = invstd_c.const_data_ptr<Acc>();
     const std::vector<Acc> w = channel_values_or<Acc>(weight, channels, Acc(1), acc_dtype);
     std::vector<Acc> a(channels), b(channels), c(channels);
     for (int64_t ch = 0; ch < channels; ++ch) {
@@ -145,7 +151,7 @@ at::Tensor grad_input_cpu_op(const at::Tensor& grad_output, const at::Tensor& in
       c[ch] = static_cast<Acc>(k.c);
     }
     grad_input_cpu<scalar_t, Acc>(dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(),
-                                  grad_input.data_ptr<scalar_t>(), in.layout, mean.contiguous().const_data_ptr<Acc>(),
+                                  grad_input.data_ptr<scalar_t>(), in.layout, mean_c.const_data_ptr<Acc>(),
                                   a.data(), b.data(), c.data());
   });
   return grad_input;

@@ -183,3 +183,24 @@ def test_non_contiguous_input_is_copied():
 def test_bad_arguments(call, message):
     with pytest.raises(RuntimeError, match=message):
         call()
+
+
+def test_strided_statistics_vectors():
+    """Statistics and sums given as strided views (every other element) give the same results."""
+    x = _input((4, 3, 5), torch.contiguous_format, torch.float32)
+    dy = _input((4, 3, 5), torch.contiguous_format, torch.float32, seed=1)
+    mean, invstd, _, sums, _ = _bn_reference(x, dy, None, None)
+    spread = lambda t, dtype: torch.stack([t.to(dtype), torch.full_like(t, 1e9, dtype=dtype)], 1).reshape(-1)[::2]  # noqa: E731
+    strided = dict(mean=spread(mean, torch.float32), invstd=spread(invstd, torch.float32))
+    assert not strided["mean"].is_contiguous()
+    packed = ops.syncbn_local_stats(x)
+    w = torch.linspace(0.5, 1.5, 3)
+    assert torch.equal(
+        ops.syncbn_normalize(x, strided["mean"], strided["invstd"], w, None),
+        ops.syncbn_normalize(x, mean.float(), invstd.float(), w, None),
+    )
+    assert torch.equal(ops.syncbn_grad_sums(dy, x, strided["mean"]), ops.syncbn_grad_sums(dy, x, mean.float()))
+    assert torch.equal(
+        ops.syncbn_grad_input(dy, x, strided["mean"], strided["invstd"], w, spread(sums, torch.float64), packed),
+        ops.syncbn_grad_input(dy, x, mean.float(), invstd.float(), w, sums, packed),
+    )
