@@ -21,15 +21,10 @@ namespace {
 template <typename Acc>
 std::vector<Acc> channel_values_or(const std::optional<at::Tensor>& t, int64_t channels, Acc fallback,
                                    at::ScalarType acc_dtype) {
-  if (!t.has_value() || !t->defined()) return std::vector<Acc>(channels, fallback);
+  if (!given(t)) return std::vector<Acc>(channels, fallback);
   const at::Tensor values = t->to(acc_dtype).contiguous();
   const Acc* p = values.const_data_ptr<Acc>();
   return std::vector<Acc>(p, p + channels);
-}
-
-void check_optional_vector(const std::optional<at::Tensor>& t, int64_t numel, c10::Device device, const char* op,
-                           const char* name) {
-  if (t.has_value() && t->defined()) check_vector(*t, numel, device, at::ScalarType::Undefined, op, name);
 }
 
 at::Tensor local_stats_cpu(const at::Tensor& input) {
@@ -47,11 +42,7 @@ std::tuple<at::Tensor, at::Tensor> finalize_stats_cpu(const at::Tensor& packed, 
                                                       const std::optional<at::Tensor>& running_var,
                                                       at::ScalarType stats_dtype) {
   constexpr const char* op = "syncbn_finalize_stats";
-  const int64_t channels = channels_of_packed_stats(packed, op);
-  FC_CHECK(stats_dtype == at::kFloat || stats_dtype == at::kDouble, op, "statistics are float32 or float64, got ",
-           stats_dtype);
-  check_optional_vector(running_mean, channels, packed.device(), op, "running_mean");
-  check_optional_vector(running_var, channels, packed.device(), op, "running_var");
+  const int64_t channels = check_finalize_stats_args(packed, running_mean, running_var, stats_dtype, op);
   const at::Tensor sums = packed.contiguous();
   const double* s = sums.const_data_ptr<double>();
   const double n = s[0];
@@ -64,7 +55,7 @@ std::tuple<at::Tensor, at::Tensor> finalize_stats_cpu(const at::Tensor& packed, 
     unbiased_var[c] = stats.unbiased_var;
   }
   auto update = [&](const std::optional<at::Tensor>& running, const std::vector<double>& batch) {
-    if (!running.has_value() || !running->defined()) return;
+    if (!given(running)) return;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, running->scalar_type(), op, [&] {
       auto values = running->accessor<scalar_t, 1>();
       for (int64_t c = 0; c < channels; ++c) {
@@ -82,12 +73,9 @@ at::Tensor normalize_cpu_op(const at::Tensor& input, const at::Tensor& mean, con
                             const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
   constexpr const char* op = "syncbn_normalize";
   const LaidOut in = lay_out(input, op);
+  check_normalize_args(in, mean, invstd, weight, bias, op);
   const int64_t channels = in.layout.channels;
   const at::ScalarType acc_dtype = stats_dtype_for(input.scalar_type());
-  check_vector(mean, channels, input.device(), acc_dtype, op, "mean");
-  check_vector(invstd, channels, input.device(), acc_dtype, op, "invstd");
-  check_optional_vector(weight, channels, input.device(), op, "weight");
-  check_optional_vector(bias, channels, input.device(), op, "bias");
   at::Tensor output = at::empty_like(in.tensor);
   const at::Tensor mean_c = mean.contiguous();  // held: the kernels read their data
   const at::Tensor invstd_c = invstd.contiguous();
@@ -108,7 +96,7 @@ at::Tensor grad_sums_cpu_op(const at::Tensor& grad_output, const at::Tensor& inp
   constexpr const char* op = "syncbn_grad_sums";
   const LaidOut in = lay_out(input, op);
   const at::Tensor dy = in_layout_of(grad_output, in, op);
-  check_vector(mean, in.layout.channels, input.device(), stats_dtype_for(input.scalar_type()), op, "mean");
+  check_grad_sums_args(in, mean, op);
   at::Tensor sums = at::empty({2 * in.layout.channels}, input.options().dtype(at::kDouble));
   const at::Tensor mean_c = mean.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
@@ -125,14 +113,9 @@ at::Tensor grad_input_cpu_op(const at::Tensor& grad_output, const at::Tensor& in
   constexpr const char* op = "syncbn_grad_input";
   const LaidOut in = lay_out(input, op);
   const at::Tensor dy = in_layout_of(grad_output, in, op);
+  check_grad_input_args(in, mean, invstd, weight, sums, packed, op);
   const int64_t channels = in.layout.channels;
   const at::ScalarType acc_dtype = stats_dtype_for(input.scalar_type());
-  check_vector(mean, channels, input.device(), acc_dtype, op, "mean");
-  check_vector(invstd, channels, input.device(), acc_dtype, op, "invstd");
-  check_optional_vector(weight, channels, input.device(), op, "weight");
-  check_vector(sums, 2 * channels, input.device(), at::kDouble, op, "sums");
-  FC_CHECK(channels_of_packed_stats(packed, op) == channels, op, "packed statistics describe ",
-           channels_of_packed_stats(packed, op), " channels, the input has ", channels);
   at::Tensor grad_input = at::empty_like(in.tensor);
   const at::Tensor sums_c = sums.contiguous();  // held: the kernels read their data
   const at::Tensor mean_c = mean.contiguous();

@@ -1,5 +1,6 @@
 // Tensor-level helpers shared by the CPU and CUDA implementations of the
-// fastcomm::syncbn_* operators (schemas in syncbn_ops.cpp).
+// fastcomm::syncbn_* operators (schemas in syncbn_ops.cpp): memory layout and
+// argument checks (syncbn_arguments.cpp).
 //
 // The operators are registered with the torch dispatcher (TORCH_LIBRARY), so a
 // call from Python, torch.ops.fastcomm.<name>, reaches the CPU kernels or,
@@ -37,8 +38,21 @@ at::ScalarType stats_dtype_for(at::ScalarType dtype);
 void check_vector(const at::Tensor& t, int64_t numel, c10::Device device, at::ScalarType dtype, const char* op,
                   const char* name);
 
-// The number of channels that a packed statistics buffer of 1 + 2C float64 values describes.
-int64_t channels_of_packed_stats(const at::Tensor& packed, const char* op);
+// True when the optional tensor is given (present and defined).
+bool given(const std::optional<at::Tensor>& t);
+
+// The argument checks of each operator, the same for every device; errors are
+// RuntimeError("fastcomm <op>: ..."). The first returns the channel count.
+int64_t check_finalize_stats_args(const at::Tensor& packed, const std::optional<at::Tensor>& running_mean,
+                                  const std::optional<at::Tensor>& running_var, at::ScalarType stats_dtype,
+                                  const char* op);
+void check_normalize_args(const LaidOut& in, const at::Tensor& mean, const at::Tensor& invstd,
+                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                          const char* op);
+void check_grad_sums_args(const LaidOut& in, const at::Tensor& mean, const char* op);
+void check_grad_input_args(const LaidOut& in, const at::Tensor& mean, const at::Tensor& invstd,
+                           const std::optional<at::Tensor>& weight, const at::Tensor& sums, const at::Tensor& packed,
+                           const char* op);
 
 }  // namespace syncbn
 }  // namespace fastcomm

@@ -32,17 +32,12 @@ unsigned channel_blocks(int64_t channels) {
 
 // `t` converted to the statistics dtype (weights may be float16 or float32 beside a half input), or undefined.
 at::Tensor as_acc_or_undefined(const std::optional<at::Tensor>& t, at::ScalarType acc) {
-  return t.has_value() && t->defined() ? t->to(acc).contiguous() : at::Tensor();
+  return given(t) ? t->to(acc).contiguous() : at::Tensor();
 }
 
 template <typename Acc>
 const Acc* ptr_or_null(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<Acc>() : nullptr;
-}
-
-void check_optional(const std::optional<at::Tensor>& t, int64_t numel, c10::Device device, const char* op,
-                    const char* name) {
-  if (t.has_value() && t->defined()) check_vector(*t, numel, device, at::ScalarType::Undefined, op, name);
 }
 
 at::Tensor local_stats_cuda(const at::Tensor& input) {
@@ -73,13 +68,9 @@ std::tuple<at::Tensor, at::Tensor> finalize_stats_cuda(const at::Tensor& packed,
                                                        const std::optional<at::Tensor>& running_var,
                                                        at::ScalarType stats_dtype) {
   constexpr const char* op = "syncbn_finalize_stats";
-  const int64_t channels = channels_of_packed_stats(packed, op);
-  FC_CHECK(stats_dtype == at::kFloat || stats_dtype == at::kDouble, op, "statistics are float32 or float64, got ",
-           stats_dtype);
-  check_optional(running_mean, channels, packed.device(), op, "running_mean");
-  check_optional(running_var, channels, packed.device(), op, "running_var");
-  const bool tracked_mean = running_mean.has_value() && running_mean->defined();
-  const bool tracked_var = running_var.has_value() && running_var->defined();
+  const int64_t channels = check_finalize_stats_args(packed, running_mean, running_var, stats_dtype, op);
+  const bool tracked_mean = given(running_mean);
+  const bool tracked_var = given(running_var);
   FC_CHECK(!(tracked_mean && tracked_var) || running_mean->scalar_type() == running_var->scalar_type(), op,
            "running_mean and running_var must share a dtype, got ", running_mean->scalar_type(), " and ",
            running_var->scalar_type());
@@ -109,12 +100,8 @@ at::Tensor normalize_cuda(const at::Tensor& input, const at::Tensor& mean, const
                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
   constexpr const char* op = "syncbn_normalize";
   const LaidOut in = lay_out(input, op);
-  const int64_t channels = in.layout.channels;
+  check_normalize_args(in, mean, invstd, weight, bias, op);
   const at::ScalarType acc = stats_dtype_for(input.scalar_type());
-  check_vector(mean, channels, input.device(), acc, op, "mean");
-  check_vector(invstd, channels, input.device(), acc, op, "invstd");
-  check_optional(weight, channels, input.device(), op, "weight");
-  check_optional(bias, channels, input.device(), op, "bias");
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor output = at::empty_like(in.tensor);
   if (output.numel() == 0) return output;
@@ -137,7 +124,7 @@ at::Tensor grad_sums_cuda(const at::Tensor& grad_output, const at::Tensor& input
   constexpr const char* op = "syncbn_grad_sums";
   const LaidOut in = lay_out(input, op);
   const at::Tensor dy = in_layout_of(grad_output, in, op);
-  check_vector(mean, in.layout.channels, input.device(), stats_dtype_for(input.scalar_type()), op, "mean");
+  check_grad_sums_args(in, mean, op);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor sums = at::zeros({2 * in.layout.channels}, input.options().dtype(at::kDouble));
   if (in.layout.per_channel() == 0) return sums;
@@ -167,14 +154,9 @@ at::Tensor grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
   constexpr const char* op = "syncbn_grad_input";
   const LaidOut in = lay_out(input, op);
   const at::Tensor dy = in_layout_of(grad_output, in, op);
+  check_grad_input_args(in, mean, invstd, weight, sums, packed, op);
   const int64_t channels = in.layout.channels;
   const at::ScalarType acc = stats_dtype_for(input.scalar_type());
-  check_vector(mean, channels, input.device(), acc, op, "mean");
-  check_vector(invstd, channels, input.device(), acc, op, "invstd");
-  check_optional(weight, channels, input.device(), op, "weight");
-  check_vector(sums, 2 * channels, input.device(), at::kDouble, op, "sums");
-  FC_CHECK(channels_of_packed_stats(packed, op) == channels, op, "packed statistics describe ",
-           channels_of_packed_stats(packed, op), " channels, the input has ", channels);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor grad_input = at::empty_like(in.tensor);
   if (grad_input.numel() == 0) return grad_input;

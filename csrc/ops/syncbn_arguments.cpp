@@ -67,11 +67,65 @@ void check_vector(const at::Tensor& t, int64_t numel, c10::Device device, at::Sc
            t.scalar_type());
 }
 
+bool given(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined();
+}
+
+namespace {
+
+void check_optional_vector(const std::optional<at::Tensor>& t, int64_t numel, c10::Device device, const char* op,
+                           const char* name) {
+  if (given(t)) check_vector(*t, numel, device, at::ScalarType::Undefined, op, name);
+}
+
+// The number of channels that a packed statistics buffer of 1 + 2C float64 values describes.
 int64_t channels_of_packed_stats(const at::Tensor& packed, const char* op) {
   FC_CHECK(packed.dim() == 1 && packed.scalar_type() == at::kDouble && packed.numel() >= 3 && packed.numel() % 2 == 1,
            op, "expected packed statistics (float64, 1 + 2C values), got ", packed.scalar_type(), " of shape ",
            packed.sizes());
   return (packed.numel() - 1) / 2;
+}
+
+void check_mean_invstd(const LaidOut& in, const at::Tensor& mean, const at::Tensor& invstd, const char* op) {
+  const at::ScalarType acc = stats_dtype_for(in.tensor.scalar_type());
+  check_vector(mean, in.layout.channels, in.tensor.device(), acc, op, "mean");
+  check_vector(invstd, in.layout.channels, in.tensor.device(), acc, op, "invstd");
+}
+
+}  // namespace
+
+int64_t check_finalize_stats_args(const at::Tensor& packed, const std::optional<at::Tensor>& running_mean,
+                                  const std::optional<at::Tensor>& running_var, at::ScalarType stats_dtype,
+                                  const char* op) {
+  const int64_t channels = channels_of_packed_stats(packed, op);
+  FC_CHECK(stats_dtype == at::kFloat || stats_dtype == at::kDouble, op, "statistics are float32 or float64, got ",
+           stats_dtype);
+  check_optional_vector(running_mean, channels, packed.device(), op, "running_mean");
+  check_optional_vector(running_var, channels, packed.device(), op, "running_var");
+  return channels;
+}
+
+void check_normalize_args(const LaidOut& in, const at::Tensor& mean, const at::Tensor& invstd,
+                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                          const char* op) {
+  check_mean_invstd(in, mean, invstd, op);
+  check_optional_vector(weight, in.layout.channels, in.tensor.device(), op, "weight");
+  check_optional_vector(bias, in.layout.channels, in.tensor.device(), op, "bias");
+}
+
+void check_grad_sums_args(const LaidOut& in, const at::Tensor& mean, const char* op) {
+  check_vector(mean, in.layout.channels, in.tensor.device(), stats_dtype_for(in.tensor.scalar_type()), op, "mean");
+}
+
+void check_grad_input_args(const LaidOut& in, const at::Tensor& mean, const at::Tensor& invstd,
+                           const std::optional<at::Tensor>& weight, const at::Tensor& sums, const at::Tensor& packed,
+                           const char* op) {
+  const int64_t channels = in.layout.channels;
+  check_mean_invstd(in, mean, invstd, op);
+  check_optional_vector(weight, channels, in.tensor.device(), op, "weight");
+  check_vector(sums, 2 * channels, in.tensor.device(), at::kDouble, op, "sums");
+  FC_CHECK(channels_of_packed_stats(packed, op) == channels, op, "packed statistics describe ",
+           channels_of_packed_stats(packed, op), " channels, the input has ", channels);
 }
 
 }  // namespace syncbn
