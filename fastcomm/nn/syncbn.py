@@ -69,11 +69,13 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / self.num_batches_tracked.item()
-        bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        running_mean = self.running_mean if not self.training or self.track_running_stats else None
-        running_var = self.running_var if not self.training or self.track_running_stats else None
-        if not self.training:  # eval: running statistics, or this rank's batch alone; no communication
-            return F.batch_norm(input, running_mean, running_var, self.weight, self.bias, bn_training, factor, self.eps)
+        if not self.training:  # eval: running statistics, or (untracked) this rank's batch alone; no communication
+            batch_stats = self.running_mean is None and self.running_var is None
+            return F.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, batch_stats, factor, self.eps
+            )
+        running_mean = self.running_mean if self.track_running_stats else None
+        running_var = self.running_var if self.track_running_stats else None
         self._check_channels(input, running_mean, running_var)
         if input.is_cuda and not _C.cuda_kernels_compiled():
             raise RuntimeError(
