@@ -12,7 +12,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from fastcomm import _C
+from fastcomm import _C, _shm
 from fastcomm._options import Options, read_options
 
 BACKEND_NAME = "fastcomm"
@@ -54,7 +54,21 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     gloo = _make_gloo(store, rank, size, timeout, options)
     reason = _cuda_unavailable_reason()
     nccl = _make_nccl(store, rank, size, timeout) if not reason else None
-    return _C.ProcessGroupFastcomm(store, rank, size, timeout, gloo, nccl, reason, options.allreduce_allgather_max_bytes)
+    shm = _shm.setup(store, rank, size, timeout, options)
+    return _C.ProcessGroupFastcomm(
+        store,
+        rank,
+        size,
+        timeout,
+        gloo,
+        nccl,
+        reason,
+        options.allreduce_allgather_max_bytes,
+        shm.engine,
+        shm.hierarchical,
+        shm.leaders,
+        options.shm_oneshot_max_bytes,
+    )
 
 
 def fastcomm_backend(group: dist.ProcessGroup | None = None) -> _C.ProcessGroupFastcomm:

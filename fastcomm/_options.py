@@ -12,13 +12,21 @@ class Options:
     # CPU all_reduce of at most this many bytes runs as one all_gather plus a
     # local reduction (allreduce_via_allgather); 0 turns that off. Measured: docs/algorithms.md.
     allreduce_allgather_max_bytes: int = 64 << 10
+    # The shared-memory engine among ranks of one host (0: off, Gloo for everything).
+    shm: bool = True
+    # Bytes per rank per buffer in the segment: the chunk size of shm algorithms.
+    shm_slot_bytes: int = 1 << 20
+    # all_reduce of at most this many bytes runs one-shot, larger two-shot. Measured: docs/algorithms.md.
+    shm_oneshot_max_bytes: int = 32 << 10
+    # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
+    ranks_per_host: int = 0
 
 
 def _int_at_least(name: str, default: int, minimum: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    kind = "a positive" if minimum == 1 else "a non-negative"
+    kind = {0: "a non-negative", 1: "a positive"}.get(minimum, f"an integer >= {minimum}, i.e. an")
     try:
         value = int(raw)
     except ValueError:
@@ -28,6 +36,15 @@ def _int_at_least(name: str, default: int, minimum: int) -> int:
     return value
 
 
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in ("0", "1"):
+        raise ValueError(f"fastcomm: environment variable {name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
 def read_options() -> Options:
     """Options from the environment, read when a process group is created."""
     return Options(
@@ -35,4 +52,8 @@ def read_options() -> Options:
         allreduce_allgather_max_bytes=_int_at_least(
             "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", Options.allreduce_allgather_max_bytes, 0
         ),
+        shm=_flag("FASTCOMM_SHM", Options.shm),
+        shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
+        shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
+        ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),
     )

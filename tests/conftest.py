@@ -30,6 +30,26 @@ def ranks(request):
     return _pool(request.param)
 
 
+# Process-group layouts the backend's own tests run on: the shared-memory engine
+# on one host (2, 3, 4 ranks; 4 ranks oversubscribe the 2-core CI machines), two
+# simulated hosts (hierarchical; 3 ranks = a host of 2 and a host of 1), and the
+# engine off (Gloo and fastcomm's adapters only).
+TOPOLOGIES = {
+    "ws2": (2, ()),
+    "ws3": (3, ()),
+    "ws4": (4, ()),
+    "ws4-2hosts": (4, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
+    "ws3-2hosts": (3, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
+    "ws3-noshm": (3, (("FASTCOMM_SHM", "0"),)),
+}
+
+
+@pytest.fixture(params=list(TOPOLOGIES))
+def topology_ranks(request):
+    world_size, env = TOPOLOGIES[request.param]
+    return _pool(world_size, env)
+
+
 @pytest.fixture
 def ranks2():
     return _pool(2)
@@ -43,8 +63,8 @@ def ranks_detail():
 
 @pytest.fixture
 def ranks_no_allgather():
-    """2 ranks with small all_reduce left to Gloo (allreduce_via_allgather off)."""
-    return _pool(2, (("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0"),))
+    """2 ranks, engine off, small all_reduce left to Gloo (allreduce_via_allgather off)."""
+    return _pool(2, (("FASTCOMM_SHM", "0"), ("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0")))
 
 
 def pytest_sessionfinish(session, exitstatus):

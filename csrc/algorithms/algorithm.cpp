@@ -68,4 +68,11 @@ Launched completed(std::vector<at::Tensor> results) {
   return out;
 }
 
+Launched failed(std::exception_ptr error) {
+  Launched out;
+  out.future = new_tensor_list_future();
+  out.future->setError(std::move(error));
+  return out;
+}
+
 }  // namespace fastcomm

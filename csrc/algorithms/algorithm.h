@@ -59,4 +59,8 @@ c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
 // A future already completed with `results`; for collectives with nothing to do.
 Launched completed(std::vector<at::Tensor> results);
 
+// A future already failed with `error`; for algorithms that run to completion
+// inside launch() (the shared-memory ones) and hit an error there.
+Launched failed(std::exception_ptr error);
+
 }  // namespace fastcomm

@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <memory>
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
 #include "algorithms/algorithm.h"
+#include "algorithms/shm_common.h"
 
 namespace fastcomm {
 
@@ -16,5 +19,18 @@ std::unique_ptr<Algorithm> make_int16_via_int32();
 std::unique_ptr<Algorithm> make_reinterpret_dtype();
 // max_bytes: the largest tensor it takes (0: none).
 std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes);
+
+// Shared memory among the ranks of one host (registered when the whole group is on one host).
+// max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
+std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
+std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology);
+std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_reduce_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_allgather_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_reduce_scatter_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_alltoall_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_barrier_shm(ShmTopology topology);
+// Several hosts: shared memory inside each, `leaders` (Gloo, one rank per host) between them.
+std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 
 }  // namespace fastcomm

@@ -36,13 +36,15 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
     c10::intrusive_ptr<c10d::Backend> gloo,
     c10::intrusive_ptr<c10d::Backend> nccl,
     std::string cuda_unavailable_reason,
-    int64_t allreduce_allgather_max_bytes)
+    int64_t allreduce_allgather_max_bytes,
+    ShmSetup shm)
     : c10d::Backend(rank, size),
       store_(std::move(store)),
       timeout_ms_(timeout.count()),
       gloo_(std::move(gloo)),
       nccl_(std::move(nccl)),
-      cuda_unavailable_reason_(std::move(cuda_unavailable_reason)) {
+      cuda_unavailable_reason_(std::move(cuda_unavailable_reason)),
+      shm_(std::move(shm)) {
   TORCH_CHECK(gloo_, "fastcomm: the CPU delegate (Gloo) is required");
   // Adapters first (each rewrites into simpler collectives), transports last.
   dispatcher_.add(make_contiguous_staging());
@@ -51,6 +53,19 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
+  const ShmTopology topology{shm_.engine, size};
+  if (topology.single_host()) {
+    dispatcher_.add(make_allreduce_shm_oneshot(topology, shm_.oneshot_max_bytes));
+    dispatcher_.add(make_allreduce_shm_twoshot(topology));
+    dispatcher_.add(make_broadcast_shm(topology));
+    dispatcher_.add(make_reduce_shm(topology));
+    dispatcher_.add(make_allgather_shm(topology));
+    dispatcher_.add(make_reduce_scatter_shm(topology));
+    dispatcher_.add(make_alltoall_shm(topology));
+    dispatcher_.add(make_barrier_shm(topology));
+  } else if (shm_.hierarchical) {
+    dispatcher_.add(make_allreduce_hierarchical(topology, shm_.leaders));
+  }
   dispatcher_.add(make_allreduce_via_allgather(size, allreduce_allgather_max_bytes));
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, gloo_));
   if (nccl_) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, nccl_));

@@ -20,8 +20,18 @@
 
 #include "algorithms/dispatcher.h"
 #include "backend/collective.h"
+#include "transport/shm/engine.h"
 
 namespace fastcomm {
+
+// The shared-memory engine of this rank's host and how to use it; made by the
+// rendezvous in fastcomm/_shm.py. An empty ShmSetup means Gloo for everything.
+struct ShmSetup {
+  std::shared_ptr<shm::Engine> engine;         // null: no engine on this rank
+  bool hierarchical = false;                   // the group spans hosts, and every host is ready
+  c10::intrusive_ptr<c10d::Backend> leaders;   // Gloo among host leaders (leaders only, hierarchical only)
+  int64_t oneshot_max_bytes = 0;               // all_reduce one-shot / two-shot threshold
+};
 
 class ProcessGroupFastcomm final : public c10d::Backend {
  public:
@@ -33,7 +43,8 @@ class ProcessGroupFastcomm final : public c10d::Backend {
       c10::intrusive_ptr<c10d::Backend> gloo,
       c10::intrusive_ptr<c10d::Backend> nccl,
       std::string cuda_unavailable_reason,
-      int64_t allreduce_allgather_max_bytes);
+      int64_t allreduce_allgather_max_bytes,
+      ShmSetup shm);
 
   const std::string getBackendName() const override {
     return "fastcomm";
@@ -95,6 +106,9 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   const Dispatcher& dispatcher() const {
     return dispatcher_;
   }
+  const std::shared_ptr<shm::Engine>& shm_engine() const {
+    return shm_.engine;
+  }
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load());
   }
@@ -108,6 +122,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> gloo_;
   c10::intrusive_ptr<c10d::Backend> nccl_;
   std::string cuda_unavailable_reason_;
+  ShmSetup shm_;
   Dispatcher dispatcher_;
   std::atomic<uint64_t> sequence_number_{0};      // collectives
   std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv

@@ -1,11 +1,15 @@
 // The only PYBIND11_MODULE of fastcomm: bindings, no logic.
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
+
+#include <map>
 #include <torch/extension.h>
 
 #include "algorithms/flat_buffer.h"
 #include "backend/device_registry.h"
 #include "backend/process_group_fastcomm.h"
+#include "kernels/cpu/reduce.h"
+#include "transport/shm/engine.h"
 
 namespace py = pybind11;
 
@@ -54,16 +58,91 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using fastcomm::ProcessGroupFastcomm;
   py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
                                                                                           "ProcessGroupFastcomm")
-      .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds,
-                    c10::intrusive_ptr<c10d::Backend>, c10::intrusive_ptr<c10d::Backend>, std::string, int64_t>(),
+      .def(py::init([](c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+                       c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> nccl,
+                       std::string cuda_unavailable_reason, int64_t allreduce_allgather_max_bytes,
+                       std::shared_ptr<fastcomm::shm::Engine> shm_engine, bool shm_hierarchical,
+                       c10::intrusive_ptr<c10d::Backend> shm_leaders, int64_t shm_oneshot_max_bytes) {
+             fastcomm::ShmSetup shm{std::move(shm_engine), shm_hierarchical, std::move(shm_leaders),
+                                    shm_oneshot_max_bytes};
+             return NoGilDestructorHolder<ProcessGroupFastcomm>(c10::make_intrusive<ProcessGroupFastcomm>(
+                 std::move(store), rank, size, timeout, std::move(gloo), std::move(nccl),
+                 std::move(cuda_unavailable_reason), allreduce_allgather_max_bytes, std::move(shm)));
+           }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("gloo"), py::arg("nccl"),
-           py::arg("cuda_unavailable_reason"), py::arg("allreduce_allgather_max_bytes"),
+           py::arg("cuda_unavailable_reason"), py::arg("allreduce_allgather_max_bytes"), py::arg("shm_engine"),
+           py::arg("shm_hierarchical"), py::arg("shm_leaders"), py::arg("shm_oneshot_max_bytes"),
            py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("shm_engine", &ProcessGroupFastcomm::shm_engine,
+                             "This rank's shared-memory engine (None when the group does not use one).")
       .def("algorithm_names", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().names(); },
            "Registered algorithms, in the order they are asked.")
       .def("algorithm_counts", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().counts(); },
            "How many times each algorithm was launched (rewrites count their sub-collectives too).")
       .def_property_readonly("timeout", &ProcessGroupFastcomm::timeout);
+
+  using fastcomm::shm::Engine;
+  using fastcomm::shm::Segment;
+  py::class_<Engine, std::shared_ptr<Engine>>(m, "ShmEngine",
+                                              "One rank's view of its host's shared-memory segment (see engine.h).")
+      .def_static(
+          "create",
+          [](int local_size, size_t slot_bytes, std::vector<int> group_ranks, bool spin, bool check_pids) {
+            return std::make_shared<Engine>(Segment::create(local_size, slot_bytes), 0, std::move(group_ranks), spin,
+                                            check_pids);
+          },
+          py::arg("local_size"), py::arg("slot_bytes"), py::arg("group_ranks"), py::arg("spin"),
+          py::arg("check_pids"), "Creates the segment (mode 0600, random name) as local rank 0.")
+      .def_static(
+          "attach",
+          [](const std::string& name, uint64_t nonce, int local_rank, size_t slot_bytes, std::vector<int> group_ranks,
+             bool spin, bool check_pids) {
+            const int local_size = static_cast<int>(group_ranks.size());
+            return std::make_shared<Engine>(Segment::attach(name, local_size, slot_bytes, nonce), local_rank,
+                                            std::move(group_ranks), spin, check_pids);
+          },
+          py::arg("name"), py::arg("nonce"), py::arg("local_rank"), py::arg("slot_bytes"), py::arg("group_ranks"),
+          py::arg("spin"), py::arg("check_pids"), "Maps the segment `name`, validating its header and nonce.")
+      .def_property_readonly("segment_name", &Engine::segment_name)
+      .def_property_readonly("nonce", &Engine::nonce)
+      .def_property_readonly("local_rank", &Engine::local_rank)
+      .def_property_readonly("local_size", &Engine::local_size)
+      .def_property_readonly("slot_bytes", &Engine::slot_bytes)
+      .def_property_readonly("rounds", &Engine::rounds);
+  m.def("shm_unlink", &Segment::unlink, py::arg("name"), "Removes a segment's name from /dev/shm (idempotent).");
+
+  using fastcomm::kernels::ReduceIsa;
+  py::enum_<ReduceIsa>(m, "ReduceIsa")
+      .value("baseline", ReduceIsa::Baseline)
+      .value("avx2", ReduceIsa::Avx2)
+      .value("avx512", ReduceIsa::Avx512);
+  m.def("reduce_isa", []() { return fastcomm::kernels::best_reduce_isa(); },
+        "The instruction set fastcomm's CPU reductions use on this machine.");
+  m.def("reduce_isa_available", &fastcomm::kernels::reduce_isa_available, py::arg("isa"));
+  m.def(
+      "reduce_buffers",
+      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& op, ReduceIsa isa) {
+        using fastcomm::kernels::ReduceKind;
+        static const std::map<std::string, ReduceKind> kinds{
+            {"sum", ReduceKind::Sum},     {"product", ReduceKind::Product}, {"min", ReduceKind::Min},
+            {"max", ReduceKind::Max},     {"band", ReduceKind::BitAnd},     {"bor", ReduceKind::BitOr},
+            {"bxor", ReduceKind::BitXor}};
+        auto kind = kinds.find(op);
+        TORCH_CHECK(kind != kinds.end(), "fastcomm reduce_buffers: unknown op '", op, "'");
+        TORCH_CHECK(!sources.empty(), "fastcomm reduce_buffers: no sources");
+        std::vector<const void*> pointers;
+        for (const auto& t : sources) {
+          TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == out.scalar_type() &&
+                          t.numel() == out.numel(),
+                      "fastcomm reduce_buffers: sources must be contiguous CPU tensors shaped and typed like out");
+          pointers.push_back(t.data_ptr());
+        }
+        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "fastcomm reduce_buffers: out must be contiguous CPU");
+        fastcomm::kernels::reduce_with(isa, out.scalar_type(), kind->second, pointers.data(),
+                                       static_cast<int>(pointers.size()), out.data_ptr(), out.numel());
+      },
+      py::arg("sources"), py::arg("out"), py::arg("op"), py::arg("isa"),
+      "out = sources[0] op sources[1] op ... in that order, with the kernels of `isa` (for tests).");
 
   m.def("cuda_kernels_compiled", &fastcomm::cuda_kernels_compiled,
         "True when this build compiled fastcomm's CUDA kernels.");

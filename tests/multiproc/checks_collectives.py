@@ -406,22 +406,33 @@ def algorithm_paths(rank, world_size):
 
 
 def _small_all_reduce_path(backend, rank, world_size):
-    """all_reduce up to FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES: one all_gather and a
-    local reduction in rank order, bitwise identical on every rank; larger: Gloo's."""
+    """Small all_reduce: on one host the shm one-shot algorithm; across hosts the
+    hierarchical one; on Gloo (FASTCOMM_SHM=0) up to FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES
+    one all_gather and a local reduction. Each is bitwise identical on every rank."""
     from fastcomm._options import read_options
 
-    limit = read_options().allreduce_allgather_max_bytes
-    used = lambda: backend.algorithm_counts().get("allreduce_via_allgather", 0)  # noqa: E731
-    before = used()
+    options = read_options()
+    names = backend.algorithm_names()
+    if "allreduce_shm_oneshot" in names:
+        small, limit, large = "allreduce_shm_oneshot", options.shm_oneshot_max_bytes, "allreduce_shm_twoshot"
+    elif "allreduce_hierarchical" in names:
+        small, limit, large = "allreduce_hierarchical", 1 << 62, "allreduce_hierarchical"
+    else:
+        small, limit, large = "allreduce_via_allgather", options.allreduce_allgather_max_bytes, "gloo_fallback"
+    used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
+    before = used(small)
     x = torch.randn(1000, generator=torch.Generator().manual_seed(rank), dtype=torch.float32)
     inputs = [torch.randn(1000, generator=torch.Generator().manual_seed(r), dtype=torch.float32) for r in range(world_size)]
     dist.all_reduce(x)
-    assert used() == before + (1 if limit >= x.nbytes else 0), (limit, before, used())
+    assert used(small) == before + (1 if limit >= x.nbytes else 0), (small, limit, before, used(small))
     torch.testing.assert_close(x, sum(t.double() for t in inputs).float(), rtol=1e-6, atol=1e-6)
     everyone = [torch.empty_like(x) for _ in range(world_size)]
     dist.all_gather(everyone, x)
     assert all(torch.equal(e, x) for e in everyone), "all_reduce results differ between ranks"
+    if limit >= 1 << 30:
+        return
     big = torch.ones(max(limit, 4) // 4 + 1)  # one element past the limit
-    before = used()
+    before_small, before_large = used(small), used(large)
     dist.all_reduce(big)
-    assert used() == before and torch.equal(big, torch.full_like(big, float(world_size)))
+    assert used(small) == before_small and used(large) == before_large + 1, (small, large, backend.algorithm_counts())
+    assert torch.equal(big, torch.full_like(big, float(world_size)))

@@ -1,4 +1,4 @@
-"""Every collective on the fastcomm backend at world sizes 2 and 3, exact references."""
+"""Every collective on the fastcomm backend on every test topology (tests/conftest.py), exact references."""
 import checks_collectives as checks
 import pytest
 
@@ -26,8 +26,8 @@ CHECKS = [
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-def test_collective(ranks, check):
-    ranks.run(check)
+def test_collective(topology_ranks, check):
+    topology_ranks.run(check)
 
 
 @pytest.mark.parametrize("check", [checks.all_reduce, checks.all_reduce_layouts, checks.algorithm_paths], ids=lambda c: c.__name__)

@@ -8,8 +8,8 @@ import pytest
     [checks.ddp_parity, checks.ddp_no_sync, checks.ddp_find_unused, checks.ddp_torch_hooks, checks.fsdp2],
     ids=lambda c: c.__name__,
 )
-def test_training(ranks, check):
-    ranks.run(check)
+def test_training(topology_ranks, check):
+    topology_ranks.run(check)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

@@ -1,0 +1,82 @@
+// allreduce_shm_twoshot: large all_reduce among the ranks of one host, as a
+// reduce-scatter then an all-gather through the segment.
+//
+// Per chunk of at most one slot (S bytes), split into P slices:
+//   write:  each rank copies the P-1 slices it does not own into its slot
+//           ((P-1)/P*S written);
+//   round 1, reduce: rank r reduces slice r of every slot (its own slice read
+//           straight from its tensor) into slice r of its own slot (S read, S/P written);
+//   round 2, gather: each rank copies slice q from rank q's slot into its
+//           tensor for every q (S read, S written).
+// Chunks alternate between the two buffers (engine.h), so a chunk's copy-in
+// never waits for peers still gathering the previous one. Slice r is reduced
+// by rank r alone and copied by everyone, so all ranks get the same bits.
+#include <cstring>
+#include <vector>
+
+#include "algorithms/registry.h"
+#include "algorithms/shm_common.h"
+
+namespace fastcomm {
+
+namespace {
+
+class AllreduceShmTwoshot final : public Algorithm {
+ public:
+  explicit AllreduceShmTwoshot(ShmTopology topology) : topology_(std::move(topology)) {}
+
+  const char* name() const override {
+    return "allreduce_shm_twoshot";
+  }
+
+  bool accepts(const Collective& c) const override {
+    if (c.type != c10d::OpType::ALLREDUCE || !topology_.single_host() || !shm_eligible(c)) return false;
+    return c.inputs.size() == 1 && shm_reduce_kind(c.reduce_op, c.inputs[0].scalar_type()).has_value();
+  }
+
+  Launched launch(Collective& c, Dispatcher&) override {
+    shm::Engine& engine = *topology_.engine;
+    const at::Tensor& t = c.inputs[0];
+    const auto dtype = t.scalar_type();
+    const auto kind = *shm_reduce_kind(c.reduce_op, dtype);
+    const size_t total = t.nbytes(), element = t.element_size();
+    return shm_run(engine, c, shm_describe(c, total, total, -1), [&]() {
+      const int n = engine.local_size(), me = engine.local_rank();
+      const size_t chunk = engine.slot_bytes() / element * element;
+      std::vector<const void*> slices(n);
+      char* data = byte_ptr(t);
+      size_t offset = 0;
+      do {
+        const size_t len = std::min(chunk, total - offset);
+        const int64_t count = static_cast<int64_t>(len / element);
+        const size_t mine_begin = slice_begin(count, n, me) * element;
+        const size_t mine_end = slice_begin(count, n, me + 1) * element;
+        engine.start_use();
+        char* my_slot = engine.my_slot();
+        copy_bytes(my_slot, data + offset, mine_begin);
+        copy_bytes(my_slot + mine_end, data + offset + mine_end, len - mine_end);
+        engine.round();
+        for (int r = 0; r < n; ++r) slices[r] = (r == me ? data + offset : engine.slot_of(r)) + mine_begin;
+        kernels::reduce(dtype, kind, slices.data(), n, my_slot + mine_begin,
+                        static_cast<int64_t>((mine_end - mine_begin) / element));
+        engine.round();
+        for (int q = 0; q < n; ++q) {
+          const size_t begin = slice_begin(count, n, q) * element, end = slice_begin(count, n, q + 1) * element;
+          copy_bytes(data + offset + begin, engine.slot_of(q) + begin, end - begin);
+        }
+        offset += len;
+      } while (offset < total);
+    });
+  }
+
+ private:
+  ShmTopology topology_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology) {
+  return std::make_unique<AllreduceShmTwoshot>(std::move(topology));
+}
+
+}  // namespace fastcomm

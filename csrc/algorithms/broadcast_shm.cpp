@@ -1,0 +1,55 @@
+// broadcast_shm: broadcast among the ranks of one host.
+//
+// Per chunk of at most one slot: the root copies the chunk into its slot, one
+// round, every other rank copies it out (S written by the root, S read and
+// written by each other rank; the P-1 readers copy in parallel).
+#include "algorithms/registry.h"
+#include "algorithms/shm_common.h"
+
+namespace fastcomm {
+
+namespace {
+
+class BroadcastShm final : public Algorithm {
+ public:
+  explicit BroadcastShm(ShmTopology topology) : topology_(std::move(topology)) {}
+
+  const char* name() const override {
+    return "broadcast_shm";
+  }
+
+  bool accepts(const Collective& c) const override {
+    return c.type == c10d::OpType::BROADCAST && topology_.single_host() && shm_eligible(c) && c.inputs.size() == 1;
+  }
+
+  Launched launch(Collective& c, Dispatcher&) override {
+    shm::Engine& engine = *topology_.engine;
+    const at::Tensor& t = c.inputs[0];
+    const size_t total = t.nbytes();
+    const int root = static_cast<int>(c.peer);
+    return shm_run(engine, c, shm_describe(c, total, total, root), [&]() {
+      const bool is_root = engine.local_rank() == root;
+      char* data = byte_ptr(t);
+      size_t offset = 0;
+      do {
+        const size_t len = std::min(engine.slot_bytes(), total - offset);
+        engine.start_use();
+        if (is_root) copy_bytes(engine.my_slot(), data + offset, len);
+        engine.round();
+        if (!is_root) copy_bytes(data + offset, engine.slot_of(root), len);
+        offset += len;
+      } while (offset < total);
+    });
+  }
+
+ private:
+  ShmTopology topology_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology) {
+  return std::make_unique<BroadcastShm>(std::move(topology));
+}
+
+}  // namespace fastcomm

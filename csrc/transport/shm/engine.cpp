@@ -1,0 +1,226 @@
+#include "transport/shm/engine.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <c10/util/Exception.h>
+#include <c10/util/irange.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "common/errors.h"
+
+namespace fastcomm::shm {
+
+namespace {
+
+constexpr int kSpinIterations = 4000;   // ~ tens of microseconds of pause loops
+constexpr int kYieldIterations = 64;
+constexpr auto kSleepSlice = std::chrono::milliseconds(2);   // futex wait cap: bounds deadline checks
+constexpr auto kPidCheckInterval = std::chrono::milliseconds(100);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// FUTEX_WAIT/WAKE without the PRIVATE flag: the word is shared between processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// False when the process is gone or a zombie (killed but not yet reaped).
+bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  std::ifstream stat(path);
+  if (!stat) return true;  // no procfs: rely on kill()
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');  // the command name may contain spaces
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
+std::string describe(const OpDescriptor& d) {
+  return c10::str("op #", d.op_index, " ", c10d::opTypeToString(static_cast<c10d::OpType>(d.type)),
+                  d.dtype >= 0 ? c10::str(" dtype ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
+                  " input ", d.input_bytes, " B output ", d.output_bytes, " B",
+                  d.reduce_op >= 0 ? c10::str(" reduce op ", d.reduce_op) : std::string(),
+                  d.root >= 0 ? c10::str(" root ", d.root) : std::string());
+}
+
+bool same(const OpDescriptor& a, const OpDescriptor& b) {
+  return a.op_index == b.op_index && a.type == b.type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.root == b.root && a.input_bytes == b.input_bytes && a.output_bytes == b.output_bytes;
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin,
+               bool check_pids)
+    : segment_(std::move(segment)),
+      header_(segment_->header()),
+      local_rank_(local_rank),
+      local_size_(segment_->local_size()),
+      slot_bytes_(segment_->slot_bytes()),
+      group_ranks_(std::move(group_ranks)),
+      spin_iterations_(spin ? kSpinIterations : 0),
+      yield_iterations_(kYieldIterations),
+      check_pids_(check_pids) {
+  TORCH_CHECK(local_rank_ >= 0 && local_rank_ < local_size_, "fastcomm shm: local rank ", local_rank_,
+              " outside a host of ", local_size_);
+  TORCH_CHECK(static_cast<int>(group_ranks_.size()) == local_size_, "fastcomm shm: ", group_ranks_.size(),
+              " group ranks for a host of ", local_size_);
+  segment_->control(local_rank_)->pid = static_cast<int32_t>(::getpid());
+}
+
+void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout) {
+  op_ = op;
+  if (!broken_.empty()) FC_THROW_BACKEND_ERROR(op, "the shared-memory engine of this group failed earlier: ", broken_);
+  descriptor.op_index = op_index_++;
+  descriptor_ = descriptor;
+  descriptor_pending_ = true;
+  timeout_ = timeout;
+  deadline_ = std::chrono::steady_clock::now() + timeout;
+  next_pid_check_ = std::chrono::steady_clock::now() + kPidCheckInterval;
+}
+
+void Engine::start_use() {
+  buffer_ ^= 1;
+  rounds_in_use_ = 0;
+  if (descriptor_pending_) {
+    segment_->control(local_rank_)->descriptor[buffer_] = descriptor_;
+    descriptor_pending_ = false;
+    check_pending_ = true;
+  }
+}
+
+void Engine::round() {
+  TORCH_INTERNAL_ASSERT(!descriptor_pending_, "fastcomm shm: round() before the op's first start_use()");
+  TORCH_INTERNAL_ASSERT(++rounds_in_use_ <= 2, "fastcomm shm: a buffer use spans at most two rounds");
+  post();
+  wait_all(posted_);
+  if (check_pending_) {
+    check_pending_ = false;
+    check_descriptors();
+  }
+}
+
+void Engine::post() {
+  ++posted_;
+  segment_->control(local_rank_)->posted.store(posted_, std::memory_order_seq_cst);
+  // Dekker pairing with sleep_until: a sleeper increments `sleepers` before its
+  // last look at `posted`, a poster stores `posted` before looking at `sleepers`
+  // (both seq_cst), so at least one of them sees the other.
+  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) {
+    header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&header_->wake_word);
+  }
+}
+
+bool Engine::all_posted(uint64_t target) const {
+  for (const auto r : c10::irange(local_size_)) {
+    if (segment_->control(r)->posted.load(std::memory_order_acquire) < target) return false;
+  }
+  return true;
+}
+
+void Engine::wait_all(uint64_t target) {
+  if (all_posted(target)) return;
+  for (int i = 0; i < spin_iterations_; ++i) {
+    cpu_relax();
+    if (all_posted(target)) return;
+  }
+  for (int i = 0; i < yield_iterations_; ++i) {
+    ::sched_yield();
+    if (all_posted(target)) return;
+  }
+  sleep_until(target);
+}
+
+void Engine::sleep_until(uint64_t target) {
+  while (true) {
+    const uint32_t word = header_->wake_word.load(std::memory_order_seq_cst);
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (all_posted(target)) {
+      header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      return;
+    }
+    futex_wait(&header_->wake_word, word, kSleepSlice);
+    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (all_posted(target)) return;
+    check_health();
+  }
+}
+
+void Engine::check_health() {
+  const int failed = header_->failed_rank_plus_one.load(std::memory_order_acquire);
+  if (failed > 0) {
+    broken_ = c10::str("rank ", group_ranks_[failed - 1], " failed during an earlier or the same op");
+    FC_THROW_BACKEND_ERROR(op_, "stopped waiting: ", broken_);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (check_pids_ && now >= next_pid_check_) {
+    next_pid_check_ = now + kPidCheckInterval;
+    for (const auto r : c10::irange(local_size_)) {
+      if (r == local_rank_) continue;
+      const int pid = segment_->control(r)->pid;
+      if (!process_alive(pid)) {
+        fail(c10::str("rank ", group_ranks_[r], " (pid ", pid, ") on this host exited while rank ",
+                      group_ranks_[local_rank_], " waited for it"));
+      }
+    }
+  }
+  if (now >= deadline_) {
+    std::string missing;
+    for (const auto r : c10::irange(local_size_)) {
+      if (segment_->control(r)->posted.load(std::memory_order_acquire) < posted_) {
+        missing += c10::str(missing.empty() ? "" : ", ", group_ranks_[r]);
+      }
+    }
+    fail(c10::str("timed out after ", timeout_.count(), " ms waiting for rank(s) ", missing,
+                  " (a peer is stuck, dead, or called a different collective)"));
+  }
+}
+
+void Engine::check_descriptors() {
+  const OpDescriptor& mine = segment_->control(local_rank_)->descriptor[buffer_];
+  for (const auto r : c10::irange(local_size_)) {
+    const OpDescriptor& theirs = segment_->control(r)->descriptor[buffer_];
+    if (!same(mine, theirs)) {
+      // Every rank sees the same descriptors, so every rank raises here, after
+      // the same number of rounds: the engine stays usable.
+      FC_CHECK(false, op_, "ranks disagree on the collective: rank ", group_ranks_[local_rank_], " runs ",
+               describe(mine), ", rank ", group_ranks_[r], " runs ", describe(theirs));
+    }
+  }
+}
+
+void Engine::fail(const std::string& why) {
+  broken_ = why;
+  header_->failed_rank_plus_one.store(local_rank_ + 1, std::memory_order_release);
+  header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&header_->wake_word);
+  FC_THROW_BACKEND_ERROR(op_, why);
+}
+
+}  // namespace fastcomm::shm

@@ -1,0 +1,126 @@
+// Engine: the rounds protocol every shared-memory algorithm runs on.
+//
+// An op is a sequence of *uses* of the data buffers, each spanning one or two
+// *rounds*. In a round every local rank writes into its own slot of the current
+// buffer (or writes nothing), then `round()` publishes that (posted = round
+// count, release) and waits until every local rank has published the same
+// round; after it, any rank may read any slot of that buffer.
+//
+// Why two buffers suffice with one wait per round: uses alternate between the
+// buffers, and a use spans at most two rounds. Before a rank writes buffer b
+// for use u+2 it has seen every peer post the round after use u ended, so every
+// peer has finished reading buffer b. Algorithms call start_use() once per
+// chunk and round() once or twice after it; round() enforces the two-round cap.
+//
+// The first use of an op also carries the rank's OpDescriptor; after the first
+// round every rank compares all descriptors, so a size/dtype/op mismatch raises
+// the same error on every rank instead of corrupting memory (Gloo aborts the
+// process there). Waiting spins briefly, then yields, then sleeps on a futex in
+// the segment (posters wake sleepers), so oversubscribed hosts keep working;
+// while sleeping it checks the deadline (the op's timeout), the segment's
+// failure flag and whether peer processes still exist.
+//
+// Thread-safety: one op at a time (the backend runs shm algorithms on the
+// calling thread, in the order collectives are issued).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/shm/segment.h"
+
+namespace fastcomm::shm {
+
+class Engine {
+ public:
+  // `group_ranks[i]`: the process-group rank of local rank i (for messages).
+  // `spin`: whether waiting may spin (false when ranks outnumber cores).
+  // `check_pids`: whether peers' pids are visible here (same pid namespace).
+  Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin, bool check_pids);
+
+  int local_rank() const {
+    return local_rank_;
+  }
+  int local_size() const {
+    return local_size_;
+  }
+  size_t slot_bytes() const {
+    return slot_bytes_;
+  }
+  const std::string& segment_name() const {
+    return segment_->name();
+  }
+  uint64_t nonce() const {
+    return segment_->nonce();
+  }
+  int group_rank_of(int local_rank) const {
+    return group_ranks_[local_rank];
+  }
+
+  // Starts an op named `op` (for messages) that must finish within `timeout`.
+  // Throws DistBackendError if an earlier op failed in a way that left the
+  // ranks out of step (timeout, dead peer).
+  void begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout);
+  // Moves to the other buffer for the next chunk; the first call of an op also
+  // writes its descriptor.
+  void start_use();
+  // This rank's slot, and local rank r's slot, in the current buffer.
+  char* my_slot() const {
+    return segment_->slot(buffer_, local_rank_);
+  }
+  char* slot_of(int r) const {
+    return segment_->slot(buffer_, r);
+  }
+  // Publishes this rank's writes to the current buffer and waits for every
+  // local rank's. Throws DistBackendError on timeout, dead peer or a peer's
+  // failure, c10::Error on a descriptor mismatch (first round of an op).
+  void round();
+
+  // Fails the current op on this rank and tells the local peers (they stop
+  // waiting and fail too); the engine is unusable afterwards. For failures
+  // outside the rounds, e.g. of the leaders' transport in a hierarchical op.
+  [[noreturn]] void abort_op(const std::string& why) {
+    fail(why);
+  }
+
+  // Rounds posted so far (tests and introspection).
+  uint64_t rounds() const {
+    return posted_;
+  }
+
+ private:
+  void post();
+  bool all_posted(uint64_t target) const;
+  void wait_all(uint64_t target);
+  void sleep_until(uint64_t target);
+  void check_health();
+  void check_descriptors();
+  [[noreturn]] void fail(const std::string& why);
+
+  std::unique_ptr<Segment> segment_;
+  SegmentHeader* header_;
+  int local_rank_;
+  int local_size_;
+  size_t slot_bytes_;
+  std::vector<int> group_ranks_;
+  int spin_iterations_;
+  int yield_iterations_;
+  bool check_pids_;
+
+  uint64_t posted_ = 0;     // rounds this rank has posted
+  uint64_t op_index_ = 0;   // ops begun
+  int buffer_ = 1;          // current buffer; the first use takes buffer 0
+  int rounds_in_use_ = 0;
+  bool descriptor_pending_ = false;  // the op's first use has not been written yet
+  bool check_pending_ = false;       // the op's descriptors are compared after the next round
+  OpDescriptor descriptor_{};
+  const char* op_ = "";
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds timeout_{0};
+  std::chrono::steady_clock::time_point next_pid_check_;
+  std::string broken_;  // why the engine can no longer be used (empty: usable)
+};
+
+}  // namespace fastcomm::shm

@@ -1,0 +1,120 @@
+"""Rendezvous of fastcomm's shared-memory engine for one process group.
+
+Every rank of a new group calls :func:`setup` (from ``create_backend``). Through
+the group's store the ranks find which of them share a host, the lowest rank of
+each host creates a segment (random name, mode 0600) and publishes its name and
+nonce, the others attach and validate it, and every rank posts whether that
+worked. The creator unlinks the name once every local rank has posted, so no
+file is left in /dev/shm whatever happens later. The engine is used only if it
+worked on every rank of the group, so all ranks always choose the same
+algorithms; otherwise the group runs on Gloo and a warning says why.
+
+"Same host" means: same hostname, same boot, same /dev/shm mount and same pid
+namespace (peers' pids are checked to detect dead ranks). The attach itself
+proves the shared /dev/shm: the nonce must match. ``FASTCOMM_RANKS_PER_HOST=k``
+splits the group into blocks of k consecutive ranks that act as separate
+hosts, so the hierarchical algorithms can be tested on one machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import socket
+import warnings
+
+import torch.distributed as dist
+
+from fastcomm import _C
+from fastcomm._options import Options
+
+_PREFIX = "fastcomm/shm/"
+
+
+@dataclasses.dataclass
+class ShmPlan:
+    engine: _C.ShmEngine | None = None  # this rank's engine (None: alone on its host, or off)
+    hierarchical: bool = False  # the group spans hosts and every host is ready
+    leaders: dist.ProcessGroup | None = None  # Gloo among host leaders (leaders only)
+    reason: str = ""  # why the engine is not used ("" when it is)
+
+
+def _host_key(rank: int, options: Options) -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    shm_dev = os.stat("/dev/shm").st_dev if os.path.exists("/dev/shm") else -1
+    pid_ns = os.stat("/proc/self/ns/pid").st_ino if os.path.exists("/proc/self/ns/pid") else -1
+    key = f"{socket.gethostname()}|{boot}|{shm_dev}|{pid_ns}"
+    if options.ranks_per_host:
+        key += f"|simulated-host-{rank // options.ranks_per_host}"
+    return key
+
+
+def _get_all(store: dist.Store, kind: str, ranks) -> list[str]:
+    return [store.get(f"{_PREFIX}{kind}/{r}").decode() for r in ranks]
+
+
+def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options) -> _C.ShmEngine:
+    spin = len(local) <= len(os.sched_getaffinity(0))  # spinning on oversubscribed cores starves peers
+    segment_key = f"{_PREFIX}segment/{local[0]}"
+    if local_rank == 0:
+        try:
+            engine = _C.ShmEngine.create(len(local), options.shm_slot_bytes, local, spin, True)
+        except Exception as error:
+            store.set(segment_key, f"error {error}")
+            raise
+        store.set(segment_key, f"{engine.segment_name} {engine.nonce}")
+        return engine
+    published = store.get(segment_key).decode()
+    if published.startswith("error "):
+        raise RuntimeError(f"rank {local[0]} could not create the segment: {published[6:]}")
+    name, nonce = published.split()
+    return _C.ShmEngine.attach(name, int(nonce), local_rank, options.shm_slot_bytes, local, spin, True)
+
+
+def _make_leaders(store: dist.Store, host_index: int, hosts: int, timeout: datetime.timedelta, options: Options):
+    gloo_options = dist.ProcessGroupGloo._Options()
+    gloo_options._timeout = timeout
+    gloo_options._devices = [dist.ProcessGroupGloo.create_default_device()]
+    gloo_options._threads = options.gloo_threads
+    return dist.ProcessGroupGloo(dist.PrefixStore(f"{_PREFIX}leaders/", store), host_index, hosts, gloo_options)
+
+
+def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options) -> ShmPlan:
+    """This rank's part of the group's shared-memory rendezvous (collective over the group)."""
+    if not options.shm:
+        return ShmPlan(reason="FASTCOMM_SHM=0")
+    if size == 1:
+        return ShmPlan(reason="a group of one rank")
+    store.set(f"{_PREFIX}host/{rank}", _host_key(rank, options))
+    keys = _get_all(store, "host", range(size))
+    hosts = list(dict.fromkeys(keys))  # in order of each host's lowest rank
+    local = [r for r in range(size) if keys[r] == keys[rank]]
+    local_rank = local.index(rank)
+    engine, status = None, "ok"
+    try:
+        if len(local) > 1:
+            try:
+                engine = _connect(store, local, local_rank, options)
+            except Exception as error:  # reported to every rank below
+                status = f"rank {rank}: {error}"
+        store.set(f"{_PREFIX}status/{rank}", status)
+        statuses = _get_all(store, "status", range(size))
+    finally:
+        if engine is not None and local_rank == 0:
+            _C.shm_unlink(engine.segment_name)  # every local rank has attached, or given up
+    failures = [s for s in statuses if s != "ok"]
+    if failures:
+        reason = f"shared-memory engine disabled for this group: {failures[0]}"
+        if rank == 0:
+            warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
+        return ShmPlan(reason=reason)
+    if len(hosts) == 1:
+        return ShmPlan(engine=engine)
+    leaders = None
+    if local_rank == 0:
+        leaders = _make_leaders(store, hosts.index(keys[rank]), len(hosts), timeout, options)
+    return ShmPlan(engine=engine, hierarchical=True, leaders=leaders)
