@@ -17,7 +17,7 @@ class Options:
     # Bytes per rank per buffer in the segment: the chunk size of shm algorithms.
     shm_slot_bytes: int = 1 << 20
     # all_reduce of at most this many bytes runs one-shot, larger two-shot. Measured: docs/algorithms.md.
-    shm_oneshot_max_bytes: int = 32 << 10
+    shm_oneshot_max_bytes: int = 128 << 10
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0
 

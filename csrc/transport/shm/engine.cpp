@@ -60,12 +60,17 @@ bool process_alive(int pid) {
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
+const char* reduce_op_name(int op) {
+  static const char* const names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
+  return op >= 0 && op < 9 ? names[op] : "?";
+}
+
 std::string describe(const OpDescriptor& d) {
-  return c10::str("op #", d.op_index, " ", c10d::opTypeToString(static_cast<c10d::OpType>(d.type)),
-                  d.dtype >= 0 ? c10::str(" dtype ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
-                  " input ", d.input_bytes, " B output ", d.output_bytes, " B",
-                  d.reduce_op >= 0 ? c10::str(" reduce op ", d.reduce_op) : std::string(),
-                  d.root >= 0 ? c10::str(" root ", d.root) : std::string());
+  return c10::str(c10d::opTypeToString(static_cast<c10d::OpType>(d.type)),
+                  d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
+                  " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
+                  d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
+                  d.root >= 0 ? c10::str(", root ", d.root) : std::string(), ") as its op #", d.op_index);
 }
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
@@ -172,11 +177,23 @@ void Engine::sleep_until(uint64_t target) {
   }
 }
 
+std::string Engine::missing_ranks() const {
+  std::string missing;
+  for (const auto r : c10::irange(local_size_)) {
+    if (segment_->control(r)->posted.load(std::memory_order_acquire) < posted_) {
+      missing += c10::str(missing.empty() ? "" : ", ", group_ranks_[r]);
+    }
+  }
+  return missing;
+}
+
 void Engine::check_health() {
   const int failed = header_->failed_rank_plus_one.load(std::memory_order_acquire);
   if (failed > 0) {
-    broken_ = c10::str("rank ", group_ranks_[failed - 1], " failed during an earlier or the same op");
-    FC_THROW_BACKEND_ERROR(op_, "stopped waiting: ", broken_);
+    broken_ = c10::str("rank ", group_ranks_[failed - 1], " gave up on a collective (its own error says why)");
+    const std::string missing = missing_ranks();
+    FC_THROW_BACKEND_ERROR(op_, "stopped waiting: ", broken_,
+                           missing.empty() ? std::string() : c10::str("; rank(s) ", missing, " had not arrived"));
   }
   const auto now = std::chrono::steady_clock::now();
   if (check_pids_ && now >= next_pid_check_) {
@@ -191,13 +208,7 @@ void Engine::check_health() {
     }
   }
   if (now >= deadline_) {
-    std::string missing;
-    for (const auto r : c10::irange(local_size_)) {
-      if (segment_->control(r)->posted.load(std::memory_order_acquire) < posted_) {
-        missing += c10::str(missing.empty() ? "" : ", ", group_ranks_[r]);
-      }
-    }
-    fail(c10::str("timed out after ", timeout_.count(), " ms waiting for rank(s) ", missing,
+    fail(c10::str("timed out after ", timeout_.count(), " ms waiting for rank(s) ", missing_ranks(),
                   " (a peer is stuck, dead, or called a different collective)"));
   }
 }
@@ -209,8 +220,8 @@ void Engine::check_descriptors() {
     if (!same(mine, theirs)) {
       // Every rank sees the same descriptors, so every rank raises here, after
       // the same number of rounds: the engine stays usable.
-      FC_CHECK(false, op_, "ranks disagree on the collective: rank ", group_ranks_[local_rank_], " runs ",
-               describe(mine), ", rank ", group_ranks_[r], " runs ", describe(theirs));
+      FC_CHECK(false, op_, "ranks disagree on the collective: rank ", group_ranks_[local_rank_], " called ",
+               describe(mine), ", rank ", group_ranks_[r], " called ", describe(theirs));
     }
   }
 }

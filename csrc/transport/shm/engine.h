@@ -96,6 +96,7 @@ class Engine {
   void wait_all(uint64_t target);
   void sleep_until(uint64_t target);
   void check_health();
+  std::string missing_ranks() const;  // local peers that have not posted this rank's current round
   void check_descriptors();
   [[noreturn]] void fail(const std::string& why);
 

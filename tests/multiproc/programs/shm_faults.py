@@ -1,0 +1,115 @@
+"""Faults of the shared-memory engine, one scenario per run:
+`python shm_faults.py SCENARIO STORE_PATH WORLD_SIZE`.
+
+dead_peer:  the last rank kills itself (SIGKILL) instead of joining an
+            all_reduce; every live rank must raise DistBackendError naming it,
+            well within the group timeout (10 s).
+silent_peer: the last rank sleeps instead of joining; live ranks must raise
+            a timeout error within the group timeout (3 s).
+mismatch:   ranks pass different sizes / ops / split sizes; every rank must raise
+            the same clear error, and the group must still work afterwards.
+Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
+'RESULT <rank> ok', and 'SHM <rank> <fastcomm entries in /dev/shm>'.
+"""
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import fastcomm
+
+
+def _say(line: str) -> None:
+    # One write() per line: ranks share the stdout pipe, and writes under PIPE_BUF
+    # bytes are atomic, so lines from different ranks never interleave.
+    os.write(1, (line + "\n").encode())
+
+
+def _fastcomm_files() -> int:
+    return sum(1 for name in os.listdir("/dev/shm") if name.startswith("fastcomm-"))
+
+
+def _report(rank: int, start: float, err: BaseException) -> None:
+    first_line = str(err).strip().splitlines()[0][:400]
+    _say(f"RESULT {rank} {time.monotonic() - start:.2f} {type(err).__name__}: {first_line}")
+
+
+def _init(rank: int, world_size: int, store_path: str, seconds: float) -> None:
+    dist.init_process_group(
+        "fastcomm", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=seconds),
+    )
+    assert fastcomm.fastcomm_backend().shm_engine is not None, "the engine should be on"
+    dist.barrier()  # every rank, the segment's creator too, has finished setting up
+    _say(f"SHM {rank} {_fastcomm_files()}")
+
+
+def _missing_peer(rank: int, world_size: int, store_path: str, kill: bool) -> None:
+    _init(rank, world_size, store_path, 10.0 if kill else 3.0)
+    t = torch.ones(1 << 20)
+    dist.all_reduce(t)  # one good op first: the failure is mid-life, not at setup
+    if rank == world_size - 1:
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(20)
+        os._exit(0)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except Exception as err:  # noqa: BLE001  (the point is to see which error)
+        _report(rank, start, err)
+        os._exit(0)
+    _say(f"RESULT {rank} ok")
+    os._exit(1)
+
+
+def _mismatch(rank: int, world_size: int, store_path: str) -> None:
+    _init(rank, world_size, store_path, 10.0)
+    n = world_size
+    cases = [
+        lambda: dist.all_reduce(torch.ones(4 + rank)),  # sizes
+        lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.MAX if rank == 0 else dist.ReduceOp.SUM),  # ops
+        lambda: dist.broadcast(torch.ones(4), src=rank),  # roots
+        lambda: dist.all_reduce(torch.ones(4)) if rank == 0 else dist.broadcast(torch.ones(4), src=0),  # collectives
+        # uneven splits that do not match: every rank sends 1 row to everyone, rank 0 expects 2 from rank 1
+        lambda: dist.all_to_all_single(
+            torch.zeros(n + (1 if rank == 0 else 0)), torch.ones(n),
+            output_split_sizes=[1] * n if rank else [1, 2] + [1] * (n - 2), input_split_sizes=[1] * n,
+        ),
+    ]
+    for i, case in enumerate(cases):
+        start = time.monotonic()
+        try:
+            case()
+        except Exception as err:  # noqa: BLE001
+            _report(rank, start, err)
+        else:
+            _say(f"RESULT {rank} ok (case {i})")
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((3,), float(n))), t
+    _say(f"AFTER {rank} group works")
+    dist.destroy_process_group()
+
+
+def _rank(rank: int, scenario: str, world_size: int, store_path: str) -> None:
+    if scenario == "mismatch":
+        _mismatch(rank, world_size, store_path)
+    else:
+        _missing_peer(rank, world_size, store_path, kill=scenario == "dead_peer")
+
+
+if __name__ == "__main__":
+    scenario, path, ws = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    mp.spawn(_rank, args=(scenario, ws, path), nprocs=ws, join=False)
+    # join=False + our own wait: a SIGKILLed child makes mp.spawn's join raise.
+    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(p.is_alive() for p in mp.active_children()):
+        time.sleep(0.1)
+    _say(f"FINAL {_fastcomm_files()}")

@@ -1,0 +1,75 @@
+"""Faults of the shared-memory engine, each in fresh processes (programs/shm_faults.py)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+
+
+def _run(scenario: str, world_size: int, tmp_path) -> tuple[str, dict[int, list[str]]]:
+    out = subprocess.run(
+        [sys.executable, os.path.join(PROGRAMS, "shm_faults.py"), scenario, str(tmp_path / "store"), str(world_size)],
+        capture_output=True, text=True, timeout=150,
+    )
+    text = out.stdout + out.stderr
+    results: dict[int, list[str]] = {}
+    for rank, rest in re.findall(r"RESULT (\d+) (.*)", out.stdout):
+        results.setdefault(int(rank), []).append(rest)
+    # Nothing in /dev/shm: not after setup (checked on every rank), not at the end, even after a SIGKILL.
+    assert re.findall(r"SHM \d+ (\d+)", out.stdout) == ["0"] * world_size, text
+    assert "FINAL 0" in out.stdout, text
+    return text, results
+
+
+def _seconds_and_error(line: str) -> tuple[float, str]:
+    seconds, error = line.split(" ", 1)
+    return float(seconds), error
+
+
+def test_dead_peer_fails_every_live_rank_quickly(tmp_path):
+    text, results = _run("dead_peer", 3, tmp_path)
+    assert sorted(results) == [0, 1], text
+    for rank in (0, 1):
+        seconds, error = _seconds_and_error(results[rank][0])
+        assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
+        # The first rank to notice names the dead pid; one that is woken by that
+        # rank's failure flag first may name the rank that gave up instead.
+        assert re.search(
+            r"rank 2 \(pid \d+\) on this host exited while rank %d waited for it|rank\(s\) 2 had not arrived" % rank,
+            error,
+        ), text
+        assert seconds < 10.0, text  # the group timeout; pid checks run every 0.1 s
+
+
+def test_silent_peer_fails_every_live_rank_within_timeout(tmp_path):
+    text, results = _run("silent_peer", 3, tmp_path)
+    assert sorted(results) == [0, 1], text
+    for rank in (0, 1):
+        seconds, error = _seconds_and_error(results[rank][0])
+        assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
+        assert re.search(r"timed out after 3000 ms waiting for rank\(s\) 2|rank\(s\) 2 had not arrived", error), text
+        assert 2.5 < seconds < 6.0, text
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_mismatched_calls_fail_on_every_rank_and_group_survives(tmp_path, world_size):
+    text, results = _run("mismatch", world_size, tmp_path)
+    assert sorted(results) == list(range(world_size)), text
+    expected = [
+        r"RuntimeError: fastcomm all_reduce: ranks disagree on the collective: .*input (16|20|24) B",
+        r"RuntimeError: fastcomm all_reduce: ranks disagree on the collective: .*(MAX|SUM).*(MAX|SUM)",
+        r"RuntimeError: fastcomm broadcast: ranks disagree on the collective: .*root \d.*root \d",
+        r"RuntimeError: fastcomm (all_reduce|broadcast): ranks disagree on the collective: .*ALLREDUCE.*BROADCAST|"
+        r"RuntimeError: fastcomm (all_reduce|broadcast): ranks disagree on the collective: .*BROADCAST.*ALLREDUCE",
+        r"RuntimeError: fastcomm all_to_all_single: rank 1 sends 4 bytes to rank 0, which expects 8 bytes",
+    ]
+    for rank in range(world_size):
+        assert len(results[rank]) == len(expected), text
+        for line, pattern in zip(results[rank], expected):
+            seconds, error = _seconds_and_error(line)
+            assert re.search(pattern, error), (pattern, error)
+            assert seconds < 5.0, text
+        assert f"AFTER {rank} group works" in text, text
