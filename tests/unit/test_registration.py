@@ -40,6 +40,31 @@ def test_options_defaults_and_validation(monkeypatch):
             read_options()
 
 
+def test_shared_memory_options(monkeypatch):
+    for name in ("FASTCOMM_SHM", "FASTCOMM_SHM_SLOT_BYTES", "FASTCOMM_SHM_ONESHOT_MAX_BYTES", "FASTCOMM_RANKS_PER_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    defaults = read_options()
+    assert (defaults.shm, defaults.shm_slot_bytes, defaults.shm_oneshot_max_bytes, defaults.ranks_per_host) == (
+        True, 1 << 20, 128 << 10, 0)
+    monkeypatch.setenv("FASTCOMM_SHM", "0")
+    monkeypatch.setenv("FASTCOMM_SHM_SLOT_BYTES", "65536")
+    monkeypatch.setenv("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "0")
+    monkeypatch.setenv("FASTCOMM_RANKS_PER_HOST", "2")
+    options = read_options()
+    assert (options.shm, options.shm_slot_bytes, options.shm_oneshot_max_bytes, options.ranks_per_host) == (
+        False, 65536, 0, 2)
+    for name, bad, message in [
+        ("FASTCOMM_SHM", "yes", "FASTCOMM_SHM must be 0 or 1, got 'yes'"),
+        ("FASTCOMM_SHM_SLOT_BYTES", "4095", "FASTCOMM_SHM_SLOT_BYTES must be an integer >= 4096"),
+        ("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "-1", "FASTCOMM_SHM_ONESHOT_MAX_BYTES must be a non-negative integer"),
+        ("FASTCOMM_RANKS_PER_HOST", "two", "FASTCOMM_RANKS_PER_HOST must be a non-negative integer"),
+    ]:
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=message):
+            read_options()
+        monkeypatch.delenv(name)
+
+
 def test_single_rank_group_with_explicit_store():
     """world_size 1 with an explicit store: every collective is the identity."""
     dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
