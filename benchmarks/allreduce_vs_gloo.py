@@ -6,12 +6,23 @@ both alike) and the table gives medians, bus bandwidth (nccl-tests' factor for
 the collective) and the ratio gloo_time / fastcomm_time (> 1: fastcomm faster).
 
     python benchmarks/allreduce_vs_gloo.py                  # 2 ranks, float32 all_reduce, 8 B .. 64 MiB
+    python benchmarks/allreduce_vs_gloo.py --sizes 8,1M,64M,256M
+    python benchmarks/allreduce_vs_gloo.py -b 8 -e 4M -f 4    # a geometric series instead
     python benchmarks/allreduce_vs_gloo.py --nproc 3 --op all_gather --dtype bfloat16
+    python benchmarks/allreduce_vs_gloo.py --api process_group   # without torch's Python wrapper (~2 us per call)
+    python benchmarks/allreduce_vs_gloo.py --nproc 4 --ranks-per-host 2   # two simulated hosts: hierarchical
+
+--api dist times torch.distributed's functions (what training code calls);
+--api process_group calls each group's backend object directly
+(`group._get_backend(cpu).allreduce([t]).wait()`), skipping torch's wrapper;
+--api cpp loops in C++ (fastcomm._C.bench_loop, no Python in the loop): the
+backend's own cost, the number nccl-tests and MPI benchmarks report.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import statistics
 import sys
@@ -23,13 +34,71 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 OPS = {
-    # name: (busbw factor given n, function(tensor, out, group))
+    # name: (busbw factor given n, function(tensor, out, group)); t holds `bytes`
+    # (the full buffer, as in nccl-tests), out is sized by _output_count.
     "all_reduce": (lambda n: 2 * (n - 1) / n, lambda t, out, g: dist.all_reduce(t, group=g)),
     "all_reduce_avg": (lambda n: 2 * (n - 1) / n, lambda t, out, g: dist.all_reduce(t, op=dist.ReduceOp.AVG, group=g)),
     "all_gather": (lambda n: (n - 1) / n, lambda t, out, g: dist.all_gather_into_tensor(out, t, group=g)),
+    "reduce_scatter": (lambda n: (n - 1) / n, lambda t, out, g: dist.reduce_scatter_tensor(out, t, group=g)),
     "broadcast": (lambda n: 1.0, lambda t, out, g: dist.broadcast(t, src=0, group=g)),
+    "reduce": (lambda n: 1.0, lambda t, out, g: dist.reduce(t, dst=0, group=g)),
     "all_to_all": (lambda n: (n - 1) / n, lambda t, out, g: dist.all_to_all_single(out, t, group=g)),
 }
+
+
+def _backend_op(name: str):
+    """The same op on the group's backend object, skipping torch's Python wrapper."""
+    def avg():
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.AVG
+        return options
+
+    def root0(kind):
+        options = kind()
+        options.rootRank = 0
+        return options
+
+    calls = {
+        "all_reduce": lambda b, t, out: b.allreduce([t]),
+        "all_reduce_avg": lambda b, t, out: b.allreduce([t], avg()),
+        "all_gather": lambda b, t, out: b._allgather_base(out, t),
+        "reduce_scatter": lambda b, t, out: b._reduce_scatter_base(out, t),
+        "broadcast": lambda b, t, out: b.broadcast([t], root0(dist.BroadcastOptions)),
+        "reduce": lambda b, t, out: b.reduce([t], root0(dist.ReduceOptions)),
+        "all_to_all": lambda b, t, out: b.alltoall_base(out, t, [], []),
+    }
+    call = calls[name]
+    backends = {}  # group -> its CPU backend, looked up once (the lookup costs ~3 us)
+
+    def run(t, out, g):
+        b = backends.get(g)
+        if b is None:
+            b = backends[g] = g._get_backend(torch.device("cpu"))
+        return call(b, t, out).wait()
+
+    return run
+
+
+def _cpp_op(name: str):
+    """The same op looped in C++; returns a function(t, out, group, iters) -> seconds per call."""
+    from fastcomm import _C
+
+    if name not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+        raise SystemExit(f"--api cpp does not time {name}")
+    backends = {}
+
+    def run(t, out, g, iters):
+        b = backends.get(g)
+        if b is None:
+            b = backends[g] = g._get_backend(torch.device("cpu"))
+        return _C.bench_loop(b, name, t, out, iters)
+
+    return run
+
+
+def _output_count(op: str, count: int, n: int) -> int:
+    return {"all_gather": count * n, "reduce_scatter": count // n}.get(op, count)
+DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64, "int32": torch.int32}
 
 
@@ -58,28 +127,41 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
     fastcomm_group = dist.group.WORLD
     n = args.nproc
     factor, op = OPS[args.op]
+    if args.api == "process_group":
+        op = _backend_op(args.op)
+    timer = _time_op
+    if args.api == "cpp":
+        loop = _cpp_op(args.op)
+        op = lambda t, out, g: loop(t, out, g, 1)
+        timer = lambda fn, iters: loop(*fn.args, iters)
     dtype = DTYPES[args.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = []
-    for size in _sizes(args.minbytes, args.maxbytes, args.stepfactor):
+    for size in args.size_list:
         count = max(n, size // elem // n * n)
         t = torch.ones(count, dtype=dtype)
-        out = torch.empty(count * n if args.op == "all_gather" else count, dtype=dtype)
-        # iterations: enough for ~args.seconds per measurement at the estimated speed
-        fn_fc = lambda: op(t, out, fastcomm_group)
-        fn_gl = lambda: op(t, out, gloo)
+        out = torch.empty(_output_count(args.op, count, n), dtype=dtype)
+        fn_fc = functools.partial(op, t, out, fastcomm_group)
+        fn_gl = functools.partial(op, t, out, gloo)
         for fn in (fn_fc, fn_gl):
             for _ in range(args.warmup):
                 fn()
-        probe = torch.tensor([_time_op(fn_gl, 2)])
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=gloo)  # same iteration count on every rank
-        iters = int(min(args.max_iters, max(3, args.seconds / args.rounds / max(probe.item(), 1e-7))))
+        # Each backend gets enough iterations for ~seconds/rounds per round at
+        # its own speed (the same count on every rank).
+        iters = {}
+        for name, fn in (("fastcomm", fn_fc), ("gloo", fn_gl)):
+            probe = torch.tensor([timer(fn, 3)])
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=gloo)
+            iters[name] = int(min(args.max_iters, max(3, args.seconds / args.rounds / max(probe.item(), 1e-7))))
         samples = {"fastcomm": [], "gloo": []}
         for _ in range(args.rounds):
-            dist.barrier(group=gloo)
-            samples["fastcomm"].append(_time_op(fn_fc, iters))
-            dist.barrier(group=gloo)
-            samples["gloo"].append(_time_op(fn_gl, iters))
+            for name, fn in (("fastcomm", fn_fc), ("gloo", fn_gl)):
+                # Start every round aligned: fastcomm's barrier releases ranks within
+                # ~1 us of each other; Gloo's leaves them up to ~0.3 ms apart, which
+                # a short loop would count as collective time.
+                dist.barrier(group=gloo)
+                dist.barrier(group=fastcomm_group)
+                samples[name].append(timer(fn, iters[name]))
         med = {k: torch.tensor([statistics.median(v)]) for k, v in samples.items()}
         for v in med.values():
             dist.all_reduce(v, op=dist.ReduceOp.MAX, group=gloo)  # the slowest rank defines the time
@@ -107,21 +189,36 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--op", choices=sorted(OPS), default="all_reduce")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    p.add_argument("-b", "--minbytes", type=_parse_size, default=8)
-    p.add_argument("-e", "--maxbytes", type=_parse_size, default=64 << 20)
-    p.add_argument("-f", "--stepfactor", type=int, default=8)
+    p.add_argument("--api", choices=["dist", "process_group", "cpp"], default="dist", help="see above")
+    p.add_argument("--ranks-per-host", type=int, default=0,
+                   help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated sizes in bytes (K, M, G suffixes)")
+    p.add_argument("-b", "--minbytes", type=_parse_size, help="with -e and -f: sizes b, b*f, ... up to e")
+    p.add_argument("-e", "--maxbytes", type=_parse_size)
+    p.add_argument("-f", "--stepfactor", type=int)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5, help="alternating fastcomm/gloo rounds per size")
     p.add_argument("--seconds", type=float, default=0.4, help="target time per size and backend")
-    p.add_argument("--max-iters", type=int, default=2000)
+    p.add_argument("--max-iters", type=int, default=100000)
     args = p.parse_args(argv)
-    if args.nproc < 1 or args.minbytes < 1 or args.minbytes > args.maxbytes or args.stepfactor < 2:
-        p.error("need --nproc >= 1, 1 <= minbytes <= maxbytes and stepfactor >= 2")
+    if args.minbytes is None and args.maxbytes is None and args.stepfactor is None:
+        args.size_list = [_parse_size(s) for s in args.sizes.split(",")]
+    else:
+        b, e, f = args.minbytes or 8, args.maxbytes or 64 << 20, args.stepfactor or 8
+        if b < 1 or b > e or f < 2:
+            p.error("need 1 <= minbytes <= maxbytes and stepfactor >= 2")
+        args.size_list = _sizes(b, e, f)
+    if args.nproc < 1 or min(args.size_list) < 1:
+        p.error("need --nproc >= 1 and sizes >= 1")
+    if args.ranks_per_host:
+        os.environ["FASTCOMM_RANKS_PER_HOST"] = str(args.ranks_per_host)  # inherited by the spawned ranks
     with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
         result = os.path.join(tmp, "result")
         mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
         rows = [tuple(map(float, line.split())) for line in open(result)]
-    print(f"# {args.op} {args.dtype}, {args.nproc} ranks on one host; median of {args.rounds} alternating rounds")
+    hosts = f"hosts of {args.ranks_per_host} (simulated)" if args.ranks_per_host else "one host"
+    print(f"# {args.op} {args.dtype}, {args.nproc} ranks on {hosts}, api {args.api}; "
+          f"median of {args.rounds} alternating rounds")
     print(f"# ratio = gloo time / fastcomm time (> 1: fastcomm faster); busbw in GB/s (1e9 B/s)")
     print(f"{'bytes':>12} {'fastcomm us':>12} {'gloo us':>12} {'fc busbw':>9} {'gloo busbw':>10} {'ratio':>7}")
     for nbytes, t_fc, t_gl, factor in rows:

@@ -13,6 +13,10 @@
 
 namespace py = pybind11;
 
+namespace fastcomm {
+void bind_bench_loop(py::module& m);  // bench_loop.cpp
+}  // namespace fastcomm
+
 namespace {
 
 // Holder that drops the GIL while the backend is destroyed. Destroying a
@@ -144,6 +148,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("sources"), py::arg("out"), py::arg("op"), py::arg("isa"),
       "out = sources[0] op sources[1] op ... in that order, with the kernels of `isa` (for tests).");
 
+  fastcomm::bind_bench_loop(m);
   m.def("cuda_kernels_compiled", &fastcomm::cuda_kernels_compiled,
         "True when this build compiled fastcomm's CUDA kernels.");
   m.def("pack", &fastcomm::pack, py::arg("tensors"),

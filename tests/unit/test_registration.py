@@ -1,11 +1,13 @@
 """Importing fastcomm registers the backend; options come from the environment."""
 import datetime
+import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
 import fastcomm
+from fastcomm import _C
 from fastcomm._options import Options, read_options
 
 
@@ -73,6 +75,8 @@ def test_single_rank_group_with_explicit_store():
         assert backend.name() == "fastcomm" and backend.rank() == 0 and backend.size() == 1
         assert backend.timeout == datetime.timedelta(seconds=20)
         assert dist.get_backend() == "fastcomm"
+        assert backend.shm_engine is not None and backend.shm_engine.local_size == 1  # no Gloo hand-off
+        assert not [name for name in os.listdir("/dev/shm") if backend.shm_engine.segment_name.endswith(name)]
         t = torch.arange(5.0)
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
         assert torch.equal(t, torch.arange(5.0))
@@ -83,6 +87,14 @@ def test_single_rank_group_with_explicit_store():
         dist.all_reduce(i16, op=dist.ReduceOp.PRODUCT)
         assert torch.equal(i16, torch.tensor([1, -2, 3], dtype=torch.int16))
         dist.barrier()
+        counts = backend.algorithm_counts()  # AVG and int16 are rewritten onto the float32/int32 one-shot
+        assert counts["allreduce_shm_oneshot"] == 2 and counts["allgather_shm"] == 1 and counts["barrier_shm"] == 1, counts
+        # The benchmarks' C++ timing loop runs any backend's collectives.
+        cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        assert _C.bench_loop(cpu_backend, "all_reduce", t, t, 10) > 0
+        assert backend.algorithm_counts()["allreduce_shm_oneshot"] == 12
+        with pytest.raises(RuntimeError, match="fastcomm bench_loop: unknown op 'gather'"):
+            _C.bench_loop(cpu_backend, "gather", t, t, 1)
         backend.set_timeout(datetime.timedelta(seconds=7))  # also forwarded to the Gloo delegate
         assert backend.timeout == datetime.timedelta(seconds=7)
         with pytest.raises(ValueError, match="not a fastcomm group"):
