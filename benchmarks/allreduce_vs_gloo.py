@@ -144,8 +144,11 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
         fn_fc = functools.partial(op, t, out, fastcomm_group)
         fn_gl = functools.partial(op, t, out, gloo)
         for fn in (fn_fc, fn_gl):
-            for _ in range(args.warmup):
-                fn()
+            # --warmup calls, then more up to ~20 ms (the same count on every rank):
+            # the first size otherwise pays for cold caches and page faults.
+            extra = torch.tensor([0.02 / _time_op(fn, args.warmup)])
+            dist.all_reduce(extra, op=dist.ReduceOp.MAX, group=gloo)
+            _time_op(fn, int(min(extra.item(), 10000)) + 1)
         # Each backend gets enough iterations for ~seconds/rounds per round at
         # its own speed (the same count on every rank).
         iters = {}
@@ -208,8 +211,8 @@ def main(argv=None) -> int:
         if b < 1 or b > e or f < 2:
             p.error("need 1 <= minbytes <= maxbytes and stepfactor >= 2")
         args.size_list = _sizes(b, e, f)
-    if args.nproc < 1 or min(args.size_list) < 1:
-        p.error("need --nproc >= 1 and sizes >= 1")
+    if args.nproc < 1 or min(args.size_list) < 1 or args.warmup < 1 or args.rounds < 1:
+        p.error("need --nproc, sizes, --warmup and --rounds >= 1")
     if args.ranks_per_host:
         os.environ["FASTCOMM_RANKS_PER_HOST"] = str(args.ranks_per_host)  # inherited by the spawned ranks
     with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:

@@ -16,7 +16,8 @@ class Options:
     shm: bool = True
     # Bytes per rank per buffer in the segment: the chunk size of shm algorithms.
     shm_slot_bytes: int = 1 << 20
-    # all_reduce of at most this many bytes runs one-shot, larger two-shot. Measured: docs/algorithms.md.
+    # all_reduce of S bytes on P ranks runs one-shot while S * (P-1)^2 <= this, else two-shot.
+    # Measured: docs/algorithms.md.
     shm_oneshot_max_bytes: int = 128 << 10
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0

@@ -4,8 +4,12 @@
 // (S bytes written), one round, then every rank reduces all P slots in rank
 // order into its tensor (P*S read, S written). One round of synchronisation per
 // chunk; every rank computes the same sums in the same order, so results are
-// bitwise identical. Best while P*S reads stay cheaper than a second round:
-// for messages up to `max_bytes` (FASTCOMM_SHM_ONESHOT_MAX_BYTES).
+// bitwise identical. Best while P*S reads stay cheaper than a second round.
+// Those reads grow with P and the P readers share the memory bandwidth, so the
+// cost grows like P^2 against two-shot's ~2S: one-shot runs while
+// S * (P-1)^2 <= `max_bytes` (FASTCOMM_SHM_ONESHOT_MAX_BYTES, the 2-rank
+// threshold). Measured crossovers (docs/algorithms.md): ~128 KiB at 2 ranks,
+// ~16 KiB at 4.
 #include <cstring>
 #include <vector>
 
@@ -27,7 +31,8 @@ class AllreduceShmOneshot final : public Algorithm {
   bool accepts(const Collective& c) const override {
     if (c.type != c10d::OpType::ALLREDUCE || !topology_.single_host() || !shm_eligible(c)) return false;
     if (c.inputs.size() != 1 || !shm_reduce_kind(c.reduce_op, c.inputs[0].scalar_type())) return false;
-    return static_cast<int64_t>(c.inputs[0].nbytes()) <= max_bytes_;
+    const int64_t others = topology_.group_size - 1;
+    return static_cast<int64_t>(c.inputs[0].nbytes()) * others * others <= max_bytes_;
   }
 
   Launched launch(Collective& c, Dispatcher&) override {

@@ -414,7 +414,9 @@ def _small_all_reduce_path(backend, rank, world_size):
     options = read_options()
     names = backend.algorithm_names()
     if "allreduce_shm_oneshot" in names:
-        small, limit, large = "allreduce_shm_oneshot", options.shm_oneshot_max_bytes, "allreduce_shm_twoshot"
+        # The one-shot limit shrinks with the group: S * (P-1)^2 <= the 2-rank limit.
+        limit = options.shm_oneshot_max_bytes // max(1, (world_size - 1) ** 2)
+        small, large = "allreduce_shm_oneshot", "allreduce_shm_twoshot"
     elif "allreduce_hierarchical" in names:
         small, limit, large = "allreduce_hierarchical", 1 << 62, "allreduce_hierarchical"
     else:

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,13 @@ class Engine {
     fail(why);
   }
 
+  // Held for a whole op by whoever runs it: two threads issuing collectives on
+  // one group at once take turns instead of interleaving rounds (their order
+  // across ranks is still the caller's business; a mismatch raises).
+  std::mutex& op_mutex() {
+    return op_mutex_;
+  }
+
   // Rounds posted so far (tests and introspection).
   uint64_t rounds() const {
     return posted_;
@@ -122,6 +130,7 @@ class Engine {
   std::chrono::milliseconds timeout_{0};
   std::chrono::steady_clock::time_point next_pid_check_;
   std::string broken_;  // why the engine can no longer be used (empty: usable)
+  std::mutex op_mutex_;
 };
 
 }  // namespace fastcomm::shm
