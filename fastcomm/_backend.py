@@ -68,6 +68,7 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
         shm.hierarchical,
         shm.leaders,
         options.shm_oneshot_max_bytes,
+        shm.host_of_rank,
     )
 
 

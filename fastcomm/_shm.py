@@ -36,6 +36,7 @@ class ShmPlan:
     engine: _C.ShmEngine | None = None  # this rank's engine (None: alone on its host, or off)
     hierarchical: bool = False  # the group spans hosts and every host is ready
     leaders: dist.ProcessGroup | None = None  # Gloo among host leaders (leaders only)
+    host_of_rank: list[int] = dataclasses.field(default_factory=list)  # host index per group rank (hierarchical)
     reason: str = ""  # why the engine is not used ("" when it is)
 
 
@@ -121,4 +122,5 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     leaders = None
     if local_rank == 0:
         leaders = _make_leaders(store, hosts.index(keys[rank]), len(hosts), timeout, options)
-    return ShmPlan(engine=engine, hierarchical=True, leaders=leaders)
+    host_of_rank = [hosts.index(k) for k in keys]
+    return ShmPlan(engine=engine, hierarchical=True, leaders=leaders, host_of_rank=host_of_rank)

@@ -74,15 +74,7 @@ class AllreduceHierarchical final : public Algorithm {
           engine.abort_op(c10::str("the all_reduce among host leaders failed: ", e.what()));
         }
       }
-      offset = 0;
-      do {  // 3. broadcast from the leader
-        const size_t len = std::min(engine.slot_bytes(), total - offset);
-        engine.start_use();
-        if (leader) copy_bytes(engine.my_slot(), data + offset, len);
-        engine.round();
-        if (!leader) copy_bytes(data + offset, engine.slot_of(0), len);
-        offset += len;
-      } while (offset < total);
+      shm_broadcast_chunks(engine, data, total, 0);  // 3. from the leader
     });
   }
 

@@ -27,19 +27,8 @@ class BroadcastShm final : public Algorithm {
     const at::Tensor& t = c.inputs[0];
     const size_t total = t.nbytes();
     const int root = static_cast<int>(c.peer);
-    return shm_run(engine, c, shm_describe(c, total, total, root), [&]() {
-      const bool is_root = engine.local_rank() == root;
-      char* data = byte_ptr(t);
-      size_t offset = 0;
-      do {
-        const size_t len = std::min(engine.slot_bytes(), total - offset);
-        engine.start_use();
-        if (is_root) copy_bytes(engine.my_slot(), data + offset, len);
-        engine.round();
-        if (!is_root) copy_bytes(data + offset, engine.slot_of(root), len);
-        offset += len;
-      } while (offset < total);
-    });
+    return shm_run(engine, c, shm_describe(c, total, total, root),
+                   [&]() { shm_broadcast_chunks(engine, byte_ptr(t), total, root); });
   }
 
  private:

@@ -32,5 +32,6 @@ std::unique_ptr<Algorithm> make_alltoall_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_barrier_shm(ShmTopology topology);
 // Several hosts: shared memory inside each, `leaders` (Gloo, one rank per host) between them.
 std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
+std::unique_ptr<Algorithm> make_broadcast_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 
 }  // namespace fastcomm

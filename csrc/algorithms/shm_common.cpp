@@ -66,4 +66,23 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
   return completed(c.result_tensors());
 }
 
+int ShmTopology::local_rank_of(int r) const {
+  int local = 0;
+  for (int q = 0; q < r; ++q) local += host_of_rank[q] == host_of_rank[r];
+  return local;
+}
+
+void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int root) {
+  const bool is_root = engine.local_rank() == root;
+  size_t offset = 0;
+  do {  // at least one round, so even empty tensors are compared across ranks
+    const size_t len = std::min(engine.slot_bytes(), total - offset);
+    engine.start_use();
+    if (is_root) copy_bytes(engine.my_slot(), data + offset, len);
+    engine.round();
+    if (!is_root) copy_bytes(data + offset, engine.slot_of(root), len);
+    offset += len;
+  } while (offset < total);
+}
+
 }  // namespace fastcomm

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "kernels/cpu/reduce.h"
@@ -24,10 +25,18 @@ namespace fastcomm {
 struct ShmTopology {
   std::shared_ptr<shm::Engine> engine;  // null: this rank has no local peers, or the engine is off
   int group_size = 1;
+  int group_rank = 0;
+  // Host index (0..H-1, hosts ordered by their lowest rank) of every group
+  // rank; filled when the group spans hosts (hierarchical), else empty. A
+  // host's leader is its lowest rank, and its rank in the leaders' group is
+  // the host index.
+  std::vector<int> host_of_rank;
   // True when every rank of the group is on one host and has the engine.
   bool single_host() const {
     return engine && engine->local_size() == group_size;
   }
+  // The local rank of group rank `r` on its host (hierarchical only).
+  int local_rank_of(int r) const;
 };
 
 // The reduction kernel for a c10d reduce op, if the kernels implement it for `dtype`.
@@ -43,6 +52,11 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
 // completed with c.result_tensors(), or failed with what body threw.
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                  const std::function<void()>& body);
+
+// Inside an shm_run body: copies `total` bytes at `data` from local rank
+// `root` to every local rank, one slot-sized chunk per round (the root writes
+// its slot, the others copy it out).
+void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int root);
 
 // Splits `count` elements into `parts` near-equal contiguous slices; slice i is
 // [slice_begin(i), slice_begin(i + 1)).

@@ -53,7 +53,10 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
-  const ShmTopology topology{shm_.engine, size};
+  TORCH_CHECK(!shm_.hierarchical || static_cast<int>(shm_.host_of_rank.size()) == size,
+              "fastcomm: a hierarchical group needs the host of each of its ", size, " ranks, got ",
+              shm_.host_of_rank.size());
+  const ShmTopology topology{shm_.engine, size, rank, shm_.host_of_rank};
   if (topology.single_host()) {
     dispatcher_.add(make_allreduce_shm_oneshot(topology, shm_.oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology));
@@ -65,6 +68,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
     dispatcher_.add(make_barrier_shm(topology));
   } else if (shm_.hierarchical) {
     dispatcher_.add(make_allreduce_hierarchical(topology, shm_.leaders));
+    dispatcher_.add(make_broadcast_hierarchical(topology, shm_.leaders));
   }
   dispatcher_.add(make_allreduce_via_allgather(size, allreduce_allgather_max_bytes));
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, gloo_));

@@ -31,6 +31,7 @@ struct ShmSetup {
   bool hierarchical = false;                   // the group spans hosts, and every host is ready
   c10::intrusive_ptr<c10d::Backend> leaders;   // Gloo among host leaders (leaders only, hierarchical only)
   int64_t oneshot_max_bytes = 0;               // all_reduce one-shot / two-shot threshold
+  std::vector<int> host_of_rank;               // host index of every group rank (hierarchical only)
 };
 
 class ProcessGroupFastcomm final : public c10d::Backend {

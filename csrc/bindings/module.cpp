@@ -66,9 +66,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> nccl,
                        std::string cuda_unavailable_reason, int64_t allreduce_allgather_max_bytes,
                        std::shared_ptr<fastcomm::shm::Engine> shm_engine, bool shm_hierarchical,
-                       c10::intrusive_ptr<c10d::Backend> shm_leaders, int64_t shm_oneshot_max_bytes) {
+                       c10::intrusive_ptr<c10d::Backend> shm_leaders, int64_t shm_oneshot_max_bytes,
+                       std::vector<int> shm_host_of_rank) {
              fastcomm::ShmSetup shm{std::move(shm_engine), shm_hierarchical, std::move(shm_leaders),
-                                    shm_oneshot_max_bytes};
+                                    shm_oneshot_max_bytes, std::move(shm_host_of_rank)};
              return NoGilDestructorHolder<ProcessGroupFastcomm>(c10::make_intrusive<ProcessGroupFastcomm>(
                  std::move(store), rank, size, timeout, std::move(gloo), std::move(nccl),
                  std::move(cuda_unavailable_reason), allreduce_allgather_max_bytes, std::move(shm)));
@@ -76,6 +77,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("gloo"), py::arg("nccl"),
            py::arg("cuda_unavailable_reason"), py::arg("allreduce_allgather_max_bytes"), py::arg("shm_engine"),
            py::arg("shm_hierarchical"), py::arg("shm_leaders"), py::arg("shm_oneshot_max_bytes"),
+           py::arg("shm_host_of_rank") = std::vector<int>(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("shm_engine", &ProcessGroupFastcomm::shm_engine,
                              "This rank's shared-memory engine (None when the group does not use one).")

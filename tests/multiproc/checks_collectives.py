@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+import fastcomm
+
 from reference import DTYPES, R, assert_equal, ops_for, rank_input, reduce_reference
 
 SHAPES = [(5,), (2, 3), ()]
@@ -73,6 +75,17 @@ def broadcast(rank, world_size):
             t = rank_input(rank, (4, 3), dtype) if rank == root else torch.zeros(4, 3, dtype=dtype)
             dist.broadcast(t, src=root)
             assert_equal(t, rank_input(root, (4, 3), dtype), f"broadcast {dtype} root {root}")
+    # Several slot-sized chunks (FASTCOMM_SHM_SLOT_BYTES: 1 MiB), through the
+    # engine's algorithm for this topology.
+    backend = fastcomm.fastcomm_backend()
+    names = backend.algorithm_names()
+    path = next((n for n in ("broadcast_shm", "broadcast_hierarchical") if n in names), "gloo_fallback")
+    before = backend.algorithm_counts().get(path, 0)
+    for root in range(world_size):
+        big = rank_input(rank, (300_001,), torch.float32) if rank == root else torch.zeros(300_001)
+        dist.broadcast(big, src=root)
+        assert_equal(big, rank_input(root, (300_001,), torch.float32), f"broadcast 1.2 MB root {root}")
+    assert backend.algorithm_counts()[path] == before + world_size, (path, backend.algorithm_counts())
 
 
 def reduce(rank, world_size):
