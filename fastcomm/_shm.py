@@ -119,6 +119,10 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         return ShmPlan(reason=reason)
     if len(hosts) == 1:
         return ShmPlan(engine=engine)
+    if len(hosts) == size:
+        # One rank per host: nothing to share, and the hierarchical algorithms
+        # would only wrap Gloo (losing allreduce_via_allgather's one-round path).
+        return ShmPlan(reason="one rank per host")
     leaders = None
     if local_rank == 0:
         leaders = _make_leaders(store, hosts.index(keys[rank]), len(hosts), timeout, options)

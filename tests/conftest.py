@@ -32,8 +32,8 @@ def ranks(request):
 
 # Process-group layouts the backend's own tests run on: the shared-memory engine
 # on one host (2, 3, 4 ranks; 4 ranks oversubscribe the 2-core CI machines), two
-# simulated hosts (hierarchical; 3 ranks = a host of 2 and a host of 1), and the
-# engine off (Gloo and fastcomm's adapters only).
+# simulated hosts (hierarchical; 3 ranks = a host of 2 and a host of 1), the
+# engine off (Gloo and fastcomm's adapters only), and one rank per host.
 TOPOLOGIES = {
     "ws2": (2, ()),
     "ws3": (3, ()),
@@ -41,6 +41,7 @@ TOPOLOGIES = {
     "ws4-2hosts": (4, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
     "ws3-2hosts": (3, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
     "ws3-noshm": (3, (("FASTCOMM_SHM", "0"),)),
+    "ws2-1perhost": (2, (("FASTCOMM_RANKS_PER_HOST", "1"),)),  # no engine anywhere: Gloo and adapters
 }
 
 
