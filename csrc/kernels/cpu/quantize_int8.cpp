@@ -1,0 +1,96 @@
+// int8 blockwise quantization with optional error feedback and stochastic
+// rounding, and the fused dequantize-and-sum of all ranks' payloads.
+// Format: kernels/compress_format.h.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/compress_format.h"
+#include "kernels/cpu/compress_cpu.h"
+#include "kernels/cpu/compress_elements.h"
+
+namespace fastcomm {
+namespace compress {
+
+namespace {
+
+template <typename T>
+void quantize_block(const T* src, float* error, int64_t begin, int64_t end, bool stochastic, uint64_t seed,
+                    float* scale_out, int8_t* q) {
+  using A = Acc<T>;
+  auto value = [&](int64_t i) { return static_cast<A>(src[i]) + (error ? static_cast<A>(error[i]) : A(0)); };
+  A amax = 0;
+  for (int64_t i = begin; i < end; ++i) amax = std::max<A>(amax, std::abs(value(i)));  // NaN: see below
+  bool finite = std::isfinite(static_cast<float>(amax));
+  for (int64_t i = begin; i < end && finite; ++i) finite = !std::isnan(value(i));
+  if (!finite || amax == A(0)) {
+    // All zero: scale 0, and x (so the new error) is 0. Non-finite: scale NaN
+    // so the whole block decodes to NaN on every rank (the step is visibly
+    // broken), and the error is dropped.
+    *scale_out = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = begin; i < end; ++i) q[i] = 0;
+    if (error) std::fill(error + begin, error + end, 0.0f);
+    return;
+  }
+  const float scale = static_cast<float>(amax) / static_cast<float>(kInt8Max);
+  const float inverse = static_cast<float>(kInt8Max) / static_cast<float>(amax);
+  *scale_out = scale;
+  for (int64_t i = begin; i < end; ++i) {
+    const float x = static_cast<float>(value(i));
+    const float scaled = x * inverse;
+    float r = stochastic ? std::floor(scaled + uniform_from_hash(seed, static_cast<uint64_t>(i))) : std::nearbyint(scaled);
+    r = std::min(std::max(r, -static_cast<float>(kInt8Max)), static_cast<float>(kInt8Max));
+    q[i] = static_cast<int8_t>(r);
+    if (error) error[i] = static_cast<float>(value(i) - static_cast<A>(r * scale));
+  }
+}
+
+}  // namespace
+
+void int8_quantize_cpu(const void* src, c10::ScalarType dtype, float* error, int64_t count, int64_t block,
+                       bool stochastic, uint64_t seed, uint8_t* payload) {
+  const int64_t blocks = int8_num_blocks(count, block);
+  std::vector<float> scales(blocks);
+  int8_t* q = reinterpret_cast<int8_t*>(payload + 4 * blocks);
+  FASTCOMM_DISPATCH_GRAD_TYPES(dtype, "int8_quantize", [&] {
+    const scalar_t* s = static_cast<const scalar_t*>(src);
+    at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        quantize_block(s, error, b * block, std::min(count, (b + 1) * block), stochastic, seed, &scales[b], q);
+      }
+    });
+  });
+  std::memcpy(payload, scales.data(), 4 * blocks);  // the payload may not be 4-byte aligned
+}
+
+void int8_dequantize_sum_cpu(const uint8_t* gathered, int64_t ranks, int64_t count, int64_t block, double scale,
+                             void* out, c10::ScalarType dtype) {
+  const int64_t blocks = int8_num_blocks(count, block);
+  const int64_t bytes = int8_payload_bytes(count, block);
+  std::vector<float> scales(ranks * blocks);
+  for (int64_t r = 0; r < ranks; ++r) std::memcpy(&scales[r * blocks], gathered + r * bytes, 4 * blocks);
+  FASTCOMM_DISPATCH_GRAD_TYPES(dtype, "int8_dequantize_sum", [&] {
+    scalar_t* o = static_cast<scalar_t*>(out);
+    const float s = static_cast<float>(scale);
+    at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t begin = b * block, end = std::min(count, (b + 1) * block);
+        for (int64_t i = begin; i < end; ++i) {
+          float sum = 0.0f;
+          for (int64_t r = 0; r < ranks; ++r) {
+            const int8_t* q = reinterpret_cast<const int8_t*>(gathered + r * bytes + 4 * blocks);
+            sum += static_cast<float>(q[i]) * scales[r * blocks + b];
+          }
+          o[i] = static_cast<scalar_t>(sum * s);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace compress
+}  // namespace fastcomm

@@ -1,0 +1,63 @@
+#include "ops/compress_ops.h"
+
+#include "common/errors.h"
+
+namespace fastcomm {
+namespace compress {
+
+namespace {
+
+bool given(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined();
+}
+
+}  // namespace
+
+void check_gradient(const at::Tensor& t, const char* op, const char* name) {
+  const auto dtype = t.scalar_type();
+  FC_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 || dtype == at::kHalf, op, name,
+           " must be float32, float64, bfloat16 or float16, got ", dtype);
+  FC_CHECK(t.is_contiguous(), op, name, " must be contiguous (sizes ", t.sizes(), ", strides ", t.strides(), ")");
+}
+
+void check_error_buffer(const std::optional<at::Tensor>& error, const at::Tensor& src, const char* op) {
+  if (!given(error)) return;
+  FC_CHECK(error->scalar_type() == at::kFloat, op, "the error-feedback buffer must be float32, got ",
+           error->scalar_type());
+  FC_CHECK(error->is_contiguous(), op, "the error-feedback buffer must be contiguous");
+  FC_CHECK(error->numel() == src.numel(), op, "the error-feedback buffer has ", error->numel(),
+           " elements, the gradient ", src.numel());
+  FC_CHECK(error->device() == src.device(), op, "the error-feedback buffer is on ", error->device(),
+           ", the gradient on ", src.device());
+}
+
+void check_clamped_counter(const std::optional<at::Tensor>& clamped, c10::Device device, const char* op) {
+  if (!given(clamped)) return;
+  FC_CHECK(clamped->scalar_type() == at::kLong && clamped->numel() == 1, op,
+           "the clamped counter must be one int64 element, got ", clamped->scalar_type(), " of ", clamped->numel());
+  FC_CHECK(clamped->device() == device, op, "the clamped counter is on ", clamped->device(), ", the data on ",
+           device);
+}
+
+int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t row_elements, const at::Tensor& out,
+                       const char* op) {
+  FC_CHECK(gathered.scalar_type() == dtype, op, "the gathered payloads must be ", dtype, ", got ",
+           gathered.scalar_type());
+  FC_CHECK(gathered.dim() == 2 && gathered.size(0) >= 1 && gathered.size(1) == row_elements, op,
+           "the gathered payloads must be [ranks, ", row_elements, "] for this output, got ", gathered.sizes());
+  FC_CHECK(gathered.is_contiguous(), op, "the gathered payloads must be contiguous");
+  FC_CHECK(gathered.device() == out.device(), op, "the gathered payloads are on ", gathered.device(),
+           ", the output on ", out.device());
+  return gathered.size(0);
+}
+
+void check_int8_block(int64_t block, const char* op) {
+  FC_CHECK(block >= 1 && block <= (1 << 20), op, "block must be in [1, 1048576], got ", block);
+}
+
+float* error_data(const std::optional<at::Tensor>& error) {
+  return given(error) ? error->data_ptr<float>() : nullptr;
+}
+
+}  // namespace compress
+}  // namespace fastcomm

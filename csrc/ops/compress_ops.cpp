@@ -1,0 +1,173 @@
+// The fastcomm::compress_* operators: schemas and CPU implementations.
+//
+// fastcomm.hooks calls them once per bucket:
+//   fp16/bf16: multi_tensor_pack (scale, cast, limit) -> all_reduce -> multi_tensor_unpack
+//   int8:      int8_quantize -> all_gather -> int8_dequantize_sum
+//   topk:      topk -> all_gather -> topk_sum
+//   sign:      sign -> all_gather -> sign_sum
+// Payload formats: kernels/compress_format.h. The CUDA implementations register
+// themselves from csrc/kernels/cuda/compress.cu. Python references of every
+// operator: fastcomm/hooks/reference.py.
+#include <torch/library.h>
+
+#include <limits>
+#include <vector>
+
+#include "common/errors.h"
+#include "kernels/compress_format.h"
+#include "kernels/cpu/compress_cpu.h"
+#include "ops/compress_ops.h"
+
+namespace fastcomm {
+namespace compress {
+
+namespace {
+
+// A byte payload whose padding (compress_format.h) is zero: no stray bytes on the wire.
+at::Tensor byte_payload(int64_t bytes, int64_t used, const at::Tensor& like) {
+  at::Tensor payload = at::empty({bytes}, like.options().dtype(at::kByte));
+  payload.narrow(0, used, bytes - used).zero_();
+  return payload;
+}
+
+void count_clamped(const std::optional<at::Tensor>& clamped, int64_t n) {
+  if (clamped.has_value() && clamped->defined() && n > 0) clamped->add_(n);
+}
+
+void multi_tensor_pack_cpu(at::TensorList srcs, const at::Tensor& dst, double scale, double limit,
+                           const std::optional<at::Tensor>& clamped) {
+  constexpr const char* op = "compress_multi_tensor_pack";
+  check_gradient(dst, op, "dst");
+  FC_CHECK(limit > 0, op, "limit must be > 0, got ", limit);
+  check_clamped_counter(clamped, dst.device(), op);
+  std::vector<at::Tensor> held;  // contiguous copies of strided sources, alive until the copy is done
+  std::vector<ScaledCopy> pieces;
+  int64_t offset = 0;
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    const at::Tensor& s = srcs[i];
+    FC_CHECK(s.device() == dst.device(), op, "srcs[", i, "] is on ", s.device(), ", dst on ", dst.device());
+    held.push_back(s.contiguous());
+    check_gradient(held.back(), op, "each source");
+    FC_CHECK(offset + s.numel() <= dst.numel(), op, "the sources hold more than dst's ", dst.numel(), " elements");
+    pieces.push_back({held.back().const_data_ptr(), s.scalar_type(),
+                      static_cast<char*>(dst.data_ptr()) + offset * dst.element_size(), dst.scalar_type(), s.numel()});
+    offset += s.numel();
+  }
+  count_clamped(clamped, scaled_copy_cpu(pieces, scale, limit));
+}
+
+void multi_tensor_unpack_cpu(const at::Tensor& src, at::TensorList dsts, double scale) {
+  constexpr const char* op = "compress_multi_tensor_unpack";
+  check_gradient(src, op, "src");
+  std::vector<ScaledCopy> pieces;
+  int64_t offset = 0;
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    const at::Tensor& d = dsts[i];
+    FC_CHECK(d.device() == src.device(), op, "dsts[", i, "] is on ", d.device(), ", src on ", src.device());
+    check_gradient(d, op, "each destination");
+    FC_CHECK(offset + d.numel() <= src.numel(), op, "the destinations hold more than src's ", src.numel(),
+             " elements");
+    pieces.push_back({static_cast<const char*>(src.const_data_ptr()) + offset * src.element_size(),
+                      src.scalar_type(), d.data_ptr(), d.scalar_type(), d.numel()});
+    offset += d.numel();
+  }
+  scaled_copy_cpu(pieces, scale, std::numeric_limits<double>::infinity());
+}
+
+at::Tensor int8_quantize_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& error, int64_t block,
+                                bool stochastic, int64_t seed) {
+  constexpr const char* op = "compress_int8_quantize";
+  check_gradient(src, op, "src");
+  check_error_buffer(error, src, op);
+  check_int8_block(block, op);
+  const int64_t n = src.numel();
+  at::Tensor payload = byte_payload(int8_payload_bytes(n, block), 4 * int8_num_blocks(n, block) + n, src);
+  int8_quantize_cpu(src.const_data_ptr(), src.scalar_type(), error_data(error), src.numel(), block, stochastic,
+                    static_cast<uint64_t>(seed), payload.data_ptr<uint8_t>());
+  return payload;
+}
+
+void int8_dequantize_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, int64_t block, double scale) {
+  constexpr const char* op = "compress_int8_dequantize_sum";
+  check_gradient(out, op, "out");
+  check_int8_block(block, op);
+  const int64_t ranks = check_gathered(gathered, at::kByte, int8_payload_bytes(out.numel(), block), out, op);
+  int8_dequantize_sum_cpu(gathered.const_data_ptr<uint8_t>(), ranks, out.numel(), block, scale, out.data_ptr(),
+                          out.scalar_type());
+}
+
+void check_topk_k(const at::Tensor& src, int64_t k, const char* op) {
+  FC_CHECK(src.numel() <= std::numeric_limits<int32_t>::max(), op, "at most 2^31-1 elements (int32 indices), got ",
+           src.numel());
+  FC_CHECK(k >= 1 && k <= src.numel(), op, "k must be in [1, ", src.numel(), "], got ", k);
+}
+
+at::Tensor topk_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& error, int64_t k) {
+  constexpr const char* op = "compress_topk";
+  check_gradient(src, op, "src");
+  check_error_buffer(error, src, op);
+  check_topk_k(src, k, op);
+  at::Tensor payload = at::empty({topk_payload_words(k)}, src.options().dtype(at::kInt));
+  topk_compress_cpu(src.const_data_ptr(), src.scalar_type(), error_data(error), src.numel(), k,
+                    payload.data_ptr<int32_t>());
+  return payload;
+}
+
+void topk_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, double scale) {
+  constexpr const char* op = "compress_topk_sum";
+  check_gradient(out, op, "out");
+  FC_CHECK(gathered.dim() == 2 && gathered.size(1) % 2 == 0 && gathered.size(1) > 0, op,
+           "the gathered payloads must be [ranks, 2k], got ", gathered.sizes());
+  const int64_t k = gathered.size(1) / 2;
+  check_topk_k(out, k, op);
+  const int64_t ranks = check_gathered(gathered, at::kInt, 2 * k, out, op);
+  topk_sum_cpu(gathered.const_data_ptr<int32_t>(), ranks, k, out.numel(), scale, out.data_ptr(), out.scalar_type(),
+               op);
+}
+
+at::Tensor sign_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& error) {
+  constexpr const char* op = "compress_sign";
+  check_gradient(src, op, "src");
+  check_error_buffer(error, src, op);
+  at::Tensor payload = byte_payload(sign_payload_bytes(src.numel()), 4 + (src.numel() + 7) / 8, src);
+  sign_compress_cpu(src.const_data_ptr(), src.scalar_type(), error_data(error), src.numel(),
+                    payload.data_ptr<uint8_t>());
+  return payload;
+}
+
+void sign_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, double scale) {
+  constexpr const char* op = "compress_sign_sum";
+  check_gradient(out, op, "out");
+  const int64_t ranks = check_gathered(gathered, at::kByte, sign_payload_bytes(out.numel()), out, op);
+  sign_sum_cpu(gathered.const_data_ptr<uint8_t>(), ranks, out.numel(), scale, out.data_ptr(), out.scalar_type());
+}
+
+}  // namespace
+
+}  // namespace compress
+}  // namespace fastcomm
+
+TORCH_LIBRARY_FRAGMENT(fastcomm, m) {
+  m.def(
+      "compress_multi_tensor_pack(Tensor[] srcs, Tensor(a!) dst, float scale, float limit, "
+      "Tensor(b!)? clamped=None) -> ()");
+  m.def("compress_multi_tensor_unpack(Tensor src, Tensor(a!)[] dsts, float scale) -> ()");
+  m.def("compress_int8_quantize(Tensor src, Tensor(a!)? error, int block, bool stochastic, int seed) -> Tensor");
+  m.def("compress_int8_dequantize_sum(Tensor gathered, Tensor(a!) out, int block, float scale) -> ()");
+  m.def("compress_topk(Tensor src, Tensor(a!)? error, int k) -> Tensor");
+  m.def("compress_topk_sum(Tensor gathered, Tensor(a!) out, float scale) -> ()");
+  m.def("compress_sign(Tensor src, Tensor(a!)? error) -> Tensor");
+  m.def("compress_sign_sum(Tensor gathered, Tensor(a!) out, float scale) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(fastcomm, CPU, m) {
+  using namespace fastcomm::compress;
+  m.impl("compress_multi_tensor_pack", &multi_tensor_pack_cpu);
+  m.impl("compress_multi_tensor_unpack", &multi_tensor_unpack_cpu);
+  m.impl("compress_int8_quantize", &int8_quantize_cpu_op);
+  m.impl("compress_int8_dequantize_sum", &int8_dequantize_sum_cpu_op);
+  m.impl("compress_topk", &topk_cpu_op);
+  m.impl("compress_topk_sum", &topk_sum_cpu_op);
+  m.impl("compress_sign", &sign_cpu_op);
+  m.impl("compress_sign_sum", &sign_sum_cpu_op);
+}

@@ -1,0 +1,38 @@
+"""DDP communication hooks on fastcomm's fused compression kernels.
+
+    state = fastcomm.hooks.register(ddp_model, "powersgd", rank=4)
+    ...
+    print(state.stats())   # {"steps", "raw_bytes", "wire_bytes", "compression_ratio", ...}
+
+or torch-style: ``ddp_model.register_comm_hook(fastcomm.hooks.PowerSGDState(), fastcomm.hooks.powersgd_hook)``.
+The hooks work on any process group (gloo, nccl, fastcomm) and on CPU and
+CUDA buckets. The kernels are the fastcomm::compress_* torch operators; their
+plain torch references are in fastcomm.hooks.reference.
+"""
+from fastcomm.hooks.allreduce import allreduce_hook
+from fastcomm.hooks.int8 import Int8State, int8_hook
+from fastcomm.hooks.low_precision import LowPrecisionState, bf16_hook, fp16_hook
+from fastcomm.hooks.powersgd import PowerSGDState, powersgd_hook
+from fastcomm.hooks.registry import HOOK_NAMES, make_state, register
+from fastcomm.hooks.sign import SignState, sign_hook
+from fastcomm.hooks.state import HookState
+from fastcomm.hooks.topk import TopKState, topk_hook
+
+__all__ = [
+    "HOOK_NAMES",
+    "HookState",
+    "Int8State",
+    "LowPrecisionState",
+    "PowerSGDState",
+    "SignState",
+    "TopKState",
+    "allreduce_hook",
+    "bf16_hook",
+    "fp16_hook",
+    "int8_hook",
+    "make_state",
+    "powersgd_hook",
+    "register",
+    "sign_hook",
+    "topk_hook",
+]

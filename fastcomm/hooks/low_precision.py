@@ -1,0 +1,96 @@
+"""fp16 and bf16 compression: the bucket travels in half precision.
+
+One fused pass compresses (scale by 1/world_size, convert, and for float16
+clamp finite values beyond +-65504 / world_size, counted in stats()["clamped"]),
+the all_reduce sums the half-precision bucket (fastcomm's shared-memory engine
+accumulates half types in float32 and rounds once), and one fused pass
+converts the result back into the bucket. torch's fp16_compress_hook makes a
+separate division pass and cannot clamp; its bf16 hook refuses to run outside
+CUDA/NCCL.
+
+Pre-scaling and the limit keep the float16 sum finite: each rank sends x /
+world_size, at most float16_limit(world_size) <= 65504 / world_size in
+magnitude, so no partial sum can overflow, and a gradient within float16's range is never clamped. inf and NaN
+pass unchanged (a GradScaler still sees an overflowed step).
+"""
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fastcomm.hooks.state import HookState
+
+_ops = torch.ops.fastcomm
+HALF_MAX = 65504.0
+
+
+class LowPrecisionState(HookState):
+    """State of fp16_hook / bf16_hook: ``LowPrecisionState(process_group=None, dtype=torch.float16)``."""
+
+    def __init__(self, process_group: dist.ProcessGroup | None = None, dtype: torch.dtype = torch.float16) -> None:
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"fastcomm.hooks low precision: dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+        self.hook_name = "fp16" if dtype == torch.float16 else "bf16"
+        super().__init__(process_group)
+        self.dtype = dtype
+        self._clamped: torch.Tensor | None = None  # int64 on the buckets' device: read only by stats()
+
+    def stats(self) -> dict[str, Any]:
+        stats = super().stats()
+        stats["clamped"] = int(self._clamped.item()) if self._clamped is not None else 0
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["clamped"] = self.stats()["clamped"]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._clamped = torch.tensor([int(state["clamped"])], dtype=torch.long)
+
+    def clamped_counter(self, device: torch.device) -> torch.Tensor:
+        if self._clamped is None or self._clamped.device != device:
+            previous = self._clamped.to(device) if self._clamped is not None else None
+            self._clamped = previous if previous is not None else torch.zeros(1, dtype=torch.long, device=device)
+        return self._clamped
+
+
+def float16_limit(world_size: int) -> float:
+    """The largest float16 value v with world_size * v <= 65504: a bound on each
+    rank's pre-scaled value that no rounding can push over the range."""
+    v = torch.tensor(HALF_MAX / world_size, dtype=torch.float32)
+    half = v.to(torch.float16)
+    if half.float() > v:
+        half = torch.nextafter(half, torch.zeros_like(half))
+    return float(half)
+
+
+def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    state._count_bucket(bucket)
+    buffer = bucket.buffer()
+    compressed = torch.empty(buffer.numel(), dtype=state.dtype, device=buffer.device)
+    scale = 1.0 / state.world_size
+    limit = float16_limit(state.world_size) if state.dtype == torch.float16 else float("inf")
+    _ops.compress_multi_tensor_pack([buffer], compressed, scale, limit, state.clamped_counter(buffer.device))
+
+    def decompress(fut: torch.futures.Future) -> torch.Tensor:
+        _ops.compress_multi_tensor_unpack(fut.value()[0], [buffer], 1.0)
+        return buffer
+
+    return state.all_reduce(compressed).then(decompress)
+
+
+def fp16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: the bucket's mean, sent as float16 (state.dtype must be float16)."""
+    if state.dtype != torch.float16:
+        raise ValueError(f"fastcomm.hooks fp16: the state's dtype is {state.dtype}, not torch.float16")
+    return _low_precision_hook(state, bucket)
+
+
+def bf16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: the bucket's mean, sent as bfloat16 (state.dtype must be bfloat16)."""
+    if state.dtype != torch.bfloat16:
+        raise ValueError(f"fastcomm.hooks bf16: the state's dtype is {state.dtype}, not torch.bfloat16")
+    return _low_precision_hook(state, bucket)

@@ -1,0 +1,219 @@
+"""PowerSGD (Vogels et al. 2019): rank-r approximation of every gradient
+matrix by one step of power iteration, with error feedback and warm start.
+
+Per bucket and step (two all_reduces; torch's hook makes three):
+  M = grad + error for every tensor worth compressing, viewed as (n, m) with
+      n = shape[0]; tensors of one dimension, or whose r(n + m) * min_compression_rate
+      >= n * m, travel uncompressed (pre-scaled by 1/world_size) in P's all_reduce
+  P = M Q            (Q from the previous step: warm start)
+  all_reduce(P and the uncompressed values); orthogonalize P (Gram-Schmidt)
+  Q = M^T P;  all_reduce(Q)
+  bucket = P Q^T / world_size;  error = M - P Q^T / world_size
+Matrices of one shape are handled as one batch (torch.bmm, batched
+Gram-Schmidt), so a model with many equal layers costs a few torch calls per
+bucket instead of several per tensor. No step reads a device value on the
+host (no .item(), no synchronize), and compression starts at step
+`start_step` (default 0; torch's hook waits 1000 steps by default). Error and
+Q buffers are per bucket in the state (checkpointed); they restart when a
+bucket's layout changes (DDP rebuilds its buckets after the first step).
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from fastcomm.hooks import _options
+from fastcomm.hooks.allreduce import allreduce_hook
+from fastcomm.hooks.state import HookState
+
+_ops = torch.ops.fastcomm
+
+
+class PowerSGDState(HookState):
+    """``PowerSGDState(process_group=None, rank=2, start_step=0, min_compression_rate=2.0,
+    error_feedback=True, warm_start=True, orthogonalization_epsilon=1e-8, seed=0)``
+
+    rank: the approximation rank r (>= 1). start_step: steps of plain
+    all_reduce before compressing. min_compression_rate: compress a matrix only
+    when that saves at least this factor. seed: the initial Q, the same on
+    every rank.
+    """
+
+    hook_name = "powersgd"
+
+    def __init__(
+        self,
+        process_group: dist.ProcessGroup | None = None,
+        rank: int = 2,
+        start_step: int = 0,
+        min_compression_rate: float = 2.0,
+        error_feedback: bool = True,
+        warm_start: bool = True,
+        orthogonalization_epsilon: float = 1e-8,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(process_group)
+        name = self.hook_name
+        self.matrix_rank = _options.positive_int(name, "rank", rank)
+        self.start_step = _options.non_negative_int(name, "start_step", start_step)
+        self.min_compression_rate = _options.non_negative_float(name, "min_compression_rate", min_compression_rate)
+        self.error_feedback = _options.flag(name, "error_feedback", error_feedback)
+        self.warm_start = _options.flag(name, "warm_start", warm_start)
+        self.orthogonalization_epsilon = _options.non_negative_float(
+            name, "orthogonalization_epsilon", orthogonalization_epsilon
+        )
+        self.seed = _options.non_negative_int(name, "seed", seed)
+        self._plans: dict[int, _BucketPlan] = {}
+
+    def compresses(self, rows: int, cols: int) -> bool:
+        r = self.matrix_rank
+        return r < min(rows, cols) and (rows + cols) * r * self.min_compression_rate < rows * cols
+
+    def plan_for(self, bucket: dist.GradBucket, grads: list[torch.Tensor]) -> "_BucketPlan":
+        layout = self.bucket_layout(bucket)
+        signature = (bucket.buffer().dtype, layout, tuple(tuple(g.shape) for g in grads))
+        plan = self._plans.get(bucket.index())
+        if plan is None or plan.signature != signature:
+            plan = _BucketPlan.make(signature, [key for key, _, _ in layout], grads, self)
+            self._plans[bucket.index()] = plan
+        return plan
+
+    def initial_q(self, bucket_index: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Q before the first step (every step without warm start): the same normal
+        draws on every rank, from a generator on the bucket's device (no host copy)."""
+        generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + bucket_index)
+        return torch.randn(numel, generator=generator, dtype=torch.float32, device=device).to(dtype)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_plans"] = {}
+        return state
+
+
+@dataclass
+class _MatrixGroup:
+    """Gradients of one matrix shape (rows, cols) in a bucket, batched."""
+
+    indices: list[int]  # into bucket.gradients()
+    rows: int
+    cols: int
+    p_offset: int  # into the P buffer: a (len(indices), rows, r) block
+    q_offset: int  # into the Q buffer: a (len(indices), cols, r) block
+    error_offset: int  # into the error buffer: a (len(indices), rows, cols) block
+
+
+@dataclass
+class _BucketPlan:
+    signature: tuple
+    groups: list[_MatrixGroup]
+    uncompressed: list[int]  # indices of gradients sent as they are
+    p_numel: int  # P blocks; the uncompressed values follow them in the same buffer
+    q_numel: int
+    error_numel: int
+    uncompressed_numel: int
+    q_layout: tuple  # per-parameter segments of Q and of the error (parameter_buffers.Layout)
+    error_layout: tuple
+
+    @staticmethod
+    def make(signature: tuple, keys: list[str], grads: list[torch.Tensor], state: PowerSGDState) -> "_BucketPlan":
+        r = state.matrix_rank
+        by_shape: dict[tuple[int, int], list[int]] = {}
+        uncompressed: list[int] = []
+        for i, g in enumerate(grads):
+            rows = g.shape[0] if g.dim() >= 2 else 0
+            cols = g.numel() // rows if rows else 0
+            if g.dim() >= 2 and state.compresses(rows, cols):
+                by_shape.setdefault((rows, cols), []).append(i)
+            else:
+                uncompressed.append(i)
+        groups, p, q, e, q_layout, error_layout = [], 0, 0, 0, [], []
+        for (rows, cols), indices in by_shape.items():
+            groups.append(_MatrixGroup(indices, rows, cols, p, q, e))
+            for i in indices:
+                q_layout.append((keys[i], q, cols * r))
+                error_layout.append((keys[i], e, rows * cols))
+                p, q, e = p + rows * r, q + cols * r, e + rows * cols
+        uncompressed_numel = sum(grads[i].numel() for i in uncompressed)
+        return _BucketPlan(signature, groups, uncompressed, p, q, e, uncompressed_numel, tuple(q_layout), tuple(error_layout))
+
+
+def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
+    """Gram-Schmidt on the columns of every (rows, r) matrix of the batch p, in place."""
+    r = p.shape[2]
+    for i in range(r):
+        col = p[:, :, i : i + 1]
+        col.div_(torch.linalg.vector_norm(col, dim=1, keepdim=True).add_(epsilon))
+        if i + 1 < r:
+            rest = p[:, :, i + 1 :]
+            rest.sub_(col * torch.bmm(col.transpose(1, 2), rest))
+
+
+def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: the bucket's mean, matrices as rank-r PowerSGD approximations."""
+    if state.steps < state.start_step:
+        return allreduce_hook(state, bucket)
+    state._count_bucket(bucket)
+    buffer = bucket.buffer()
+    grads = bucket.gradients()
+    plan = state.plan_for(bucket, grads)
+    index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_rank
+    p_all = state.scratch(index, "p", plan.p_numel + plan.uncompressed_numel, dtype, device)
+    if state.warm_start:
+        init_q = lambda numel, dt, dev: state.initial_q(index, numel, dt, dev)  # noqa: E731
+        q_all = state.param_buffers.get(index, "q", plan.q_layout, plan.q_numel, dtype, device, init_q)
+    else:
+        q_all = state.initial_q(index, plan.q_numel, dtype, device)
+    error_all = None
+    if state.error_feedback:
+        error_all = state.param_buffers.get(index, "error", plan.error_layout, plan.error_numel, dtype, device)
+
+    def p_of(g: _MatrixGroup) -> torch.Tensor:
+        return p_all.narrow(0, g.p_offset, len(g.indices) * g.rows * r).view(len(g.indices), g.rows, r)
+
+    def q_of(g: _MatrixGroup) -> torch.Tensor:
+        return q_all.narrow(0, g.q_offset, len(g.indices) * g.cols * r).view(len(g.indices), g.cols, r)
+
+    def error_of(g: _MatrixGroup) -> torch.Tensor:
+        return error_all.narrow(0, g.error_offset, len(g.indices) * g.rows * g.cols).view(len(g.indices), g.rows, g.cols)
+
+    matrices = []
+    for g in plan.groups:
+        m = torch.stack([grads[i].view(g.rows, g.cols) for i in g.indices])
+        if error_all is not None:
+            m.add_(error_of(g))
+        torch.bmm(m, q_of(g), out=p_of(g))
+        matrices.append(m)
+    uncompressed = [grads[i] for i in plan.uncompressed]
+    tail = p_all.narrow(0, plan.p_numel, plan.uncompressed_numel)
+    if uncompressed:
+        _ops.compress_multi_tensor_pack(uncompressed, tail, 1.0 / state.world_size, float("inf"))
+
+    def compute_q(fut: torch.futures.Future) -> torch.Tensor:
+        if uncompressed:
+            _ops.compress_multi_tensor_unpack(tail, uncompressed, 1.0)
+        for g, m in zip(plan.groups, matrices):
+            p = p_of(g)
+            _orthogonalize(p, state.orthogonalization_epsilon)
+            torch.bmm(m.transpose(1, 2), p, out=q_of(g))
+        if plan.q_numel == 0:
+            return q_all
+        return state.all_reduce(q_all).wait()[0]
+
+    def decompress(fut: torch.futures.Future) -> torch.Tensor:
+        fut.value()
+        for g, m in zip(plan.groups, matrices):
+            approx = torch.bmm(p_of(g), q_of(g).transpose(1, 2)).mul_(1.0 / state.world_size)
+            if error_all is not None:
+                error = error_of(g)
+                torch.sub(m, approx, out=error)
+                torch.nan_to_num_(error, nan=0.0, posinf=0.0, neginf=0.0)
+            torch._foreach_copy_([grads[i] for i in g.indices], [a.view(grads[i].shape) for i, a in zip(g.indices, approx)])
+        return buffer
+
+    if p_all.numel() == 0:
+        first = torch.futures.Future()
+        first.set_result([p_all])
+    else:
+        first = state.all_reduce(p_all)
+    return first.then(compute_q).then(decompress)
