@@ -10,6 +10,11 @@ from fastcomm.hooks.state import HookState
 def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: bucket = mean over the group of every rank's bucket."""
     state._count_bucket(bucket)
+    return average(state, bucket)
+
+
+def average(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The mean of the bucket over the group, for hooks that already counted the bucket."""
     buffer = bucket.buffer()
     scale = 1.0 / state.world_size
 

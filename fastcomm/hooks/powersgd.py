@@ -8,10 +8,12 @@ Per bucket and step (two all_reduces; torch's hook makes three):
   P = M Q            (Q from the previous step: warm start)
   all_reduce(P and the uncompressed values); orthogonalize P (Gram-Schmidt)
   Q = M^T P;  all_reduce(Q)
-  bucket = P Q^T / world_size;  error = M - P Q^T / world_size
-Matrices of one shape are handled as one batch (torch.bmm, batched
-Gram-Schmidt), so a model with many equal layers costs a few torch calls per
-bucket instead of several per tensor. No step reads a device value on the
+  bucket = P (Q / world_size)^T;  error = M - bucket
+Small matrices of one shape are handled as one batch (torch.bmm, batched
+Gram-Schmidt), so a model with many equal small layers costs a few torch calls
+per bucket instead of several per tensor; large ones are used in place (no
+copy); Gram-Schmidt is batched over each shape either way. The 1/world_size is
+folded into Q (small) rather than applied over the bucket. No step reads a device value on the
 host (no .item(), no synchronize), and compression starts at step
 `start_step` (default 0; torch's hook waits 1000 steps by default). Error and
 Q buffers are per bucket in the state (checkpointed); they restart when a
@@ -24,10 +26,15 @@ import torch
 import torch.distributed as dist
 
 from fastcomm.hooks import _options
-from fastcomm.hooks.allreduce import allreduce_hook
+from fastcomm.hooks.allreduce import average
 from fastcomm.hooks.state import HookState
 
 _ops = torch.ops.fastcomm
+
+# Matrices of one shape are batched (stacked, one bmm) when smaller than this;
+# larger ones are used in place, one mm each: the stack's copy would cost more
+# than the per-call overhead it saves.
+_BATCH_MAX_ELEMENTS = 1 << 16
 
 
 class PowerSGDState(HookState):
@@ -151,9 +158,9 @@ def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
 
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, matrices as rank-r PowerSGD approximations."""
-    if state.steps < state.start_step:
-        return allreduce_hook(state, bucket)
-    state._count_bucket(bucket)
+    state._count_bucket(bucket)  # steps now counts this step too
+    if state.steps <= state.start_step:
+        return average(state, bucket)
     buffer = bucket.buffer()
     grads = bucket.gradients()
     plan = state.plan_for(bucket, grads)
@@ -179,10 +186,19 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
 
     matrices = []
     for g in plan.groups:
-        m = torch.stack([grads[i].view(g.rows, g.cols) for i in g.indices])
-        if error_all is not None:
-            m.add_(error_of(g))
-        torch.bmm(m, q_of(g), out=p_of(g))
+        if len(g.indices) == 1 or g.rows * g.cols >= _BATCH_MAX_ELEMENTS:
+            # views of the gradients themselves (no copy); M = grad + error in place:
+            # the bucket is overwritten with the result anyway
+            m = [grads[i].view(g.rows, g.cols) for i in g.indices]
+            if error_all is not None:
+                torch._foreach_add_(m, list(error_of(g).unbind(0)))
+            for j, mj in enumerate(m):
+                torch.mm(mj, q_of(g)[j], out=p_of(g)[j])
+        else:
+            m = torch.stack([grads[i].view(g.rows, g.cols) for i in g.indices])
+            if error_all is not None:
+                m.add_(error_of(g))
+            torch.bmm(m, q_of(g), out=p_of(g))
         matrices.append(m)
     uncompressed = [grads[i] for i in plan.uncompressed]
     tail = p_all.narrow(0, plan.p_numel, plan.uncompressed_numel)
@@ -195,20 +211,35 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         for g, m in zip(plan.groups, matrices):
             p = p_of(g)
             _orthogonalize(p, state.orthogonalization_epsilon)
-            torch.bmm(m.transpose(1, 2), p, out=q_of(g))
+            if isinstance(m, list):
+                for j, mj in enumerate(m):
+                    torch.mm(mj.t(), p[j], out=q_of(g)[j])
+            else:
+                torch.bmm(m.transpose(1, 2), p, out=q_of(g))
         if plan.q_numel == 0:
             return q_all
         return state.all_reduce(q_all).wait()[0]
 
     def decompress(fut: torch.futures.Future) -> torch.Tensor:
         fut.value()
+        q_all.mul_(1.0 / state.world_size)  # Q is small: the mean folded in here, not over the bucket
         for g, m in zip(plan.groups, matrices):
-            approx = torch.bmm(p_of(g), q_of(g).transpose(1, 2)).mul_(1.0 / state.world_size)
-            if error_all is not None:
-                error = error_of(g)
-                torch.sub(m, approx, out=error)
+            p, q = p_of(g), q_of(g)
+            error = error_of(g) if error_all is not None else None
+            if isinstance(m, list):
+                for j, mj in enumerate(m):
+                    if error is not None:
+                        error[j].copy_(mj)
+                    torch.mm(p[j], q[j].t(), out=mj)  # the approximation, straight into the bucket
+                    if error is not None:
+                        error[j].sub_(mj)
+            else:
+                approx = torch.bmm(p, q.transpose(1, 2))
+                if error is not None:
+                    torch.sub(m, approx, out=error)
+                torch._foreach_copy_([grads[i] for i in g.indices], [a.view(grads[i].shape) for i, a in zip(g.indices, approx)])
+            if error is not None:
                 torch.nan_to_num_(error, nan=0.0, posinf=0.0, neginf=0.0)
-            torch._foreach_copy_([grads[i] for i in g.indices], [a.view(grads[i].shape) for i, a in zip(g.indices, approx)])
         return buffer
 
     if p_all.numel() == 0:

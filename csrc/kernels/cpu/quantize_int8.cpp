@@ -18,15 +18,33 @@ namespace compress {
 
 namespace {
 
+// Round to nearest even / floor for |v| < 2^22 without a libm call (the build
+// targets baseline x86-64, where nearbyint and floor are calls): adding and
+// subtracting 1.5 * 2^23 leaves v rounded to an integer in the current
+// (nearest-even) rounding mode. Quantized values are within [-129, 129].
+inline float round_small(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+inline int floor_small(float v) {
+  const int t = static_cast<int>(v);  // toward zero
+  return t - (static_cast<float>(t) > v);
+}
+
 template <typename T>
 void quantize_block(const T* src, float* error, int64_t begin, int64_t end, bool stochastic, uint64_t seed,
                     float* scale_out, int8_t* q) {
   using A = Acc<T>;
   auto value = [&](int64_t i) { return static_cast<A>(src[i]) + (error ? static_cast<A>(error[i]) : A(0)); };
   A amax = 0;
-  for (int64_t i = begin; i < end; ++i) amax = std::max<A>(amax, std::abs(value(i)));  // NaN: see below
-  bool finite = std::isfinite(static_cast<float>(amax));
-  for (int64_t i = begin; i < end && finite; ++i) finite = !std::isnan(value(i));
+  int nan = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const A v = value(i);
+    const A mag = v < A(0) ? -v : v;
+    amax = mag > amax ? mag : amax;
+    nan |= v != v;
+  }
+  const bool finite = !nan && std::isfinite(static_cast<float>(amax));
   if (!finite || amax == A(0)) {
     // All zero: scale 0, and x (so the new error) is 0. Non-finite: scale NaN
     // so the whole block decodes to NaN on every rank (the step is visibly
@@ -42,9 +60,13 @@ void quantize_block(const T* src, float* error, int64_t begin, int64_t end, bool
   for (int64_t i = begin; i < end; ++i) {
     const float x = static_cast<float>(value(i));
     const float scaled = x * inverse;
-    float r = stochastic ? std::floor(scaled + uniform_from_hash(seed, static_cast<uint64_t>(i))) : std::nearbyint(scaled);
-    r = std::min(std::max(r, -static_cast<float>(kInt8Max)), static_cast<float>(kInt8Max));
-    q[i] = static_cast<int8_t>(r);
+    // Integer rounding and clamping: compares of random values would be
+    // mispredicted branches; integer selects compile to cmov.
+    int t = stochastic ? floor_small(scaled + uniform_from_hash(seed, static_cast<uint64_t>(i)))
+                       : static_cast<int>(round_small(scaled));
+    t = std::min(kInt8Max, std::max(-kInt8Max, t));
+    const float r = static_cast<float>(t);
+    q[i] = static_cast<int8_t>(t);
     if (error) error[i] = static_cast<float>(value(i) - static_cast<A>(r * scale));
   }
 }
@@ -77,15 +99,19 @@ void int8_dequantize_sum_cpu(const uint8_t* gathered, int64_t ranks, int64_t cou
     scalar_t* o = static_cast<scalar_t*>(out);
     const float s = static_cast<float>(scale);
     at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
+      constexpr int64_t kChunk = 1024;  // a float32 accumulator on the stack, vectorizable inner loops
+      float sum[kChunk];
       for (int64_t b = b0; b < b1; ++b) {
-        const int64_t begin = b * block, end = std::min(count, (b + 1) * block);
-        for (int64_t i = begin; i < end; ++i) {
-          float sum = 0.0f;
-          for (int64_t r = 0; r < ranks; ++r) {
-            const int8_t* q = reinterpret_cast<const int8_t*>(gathered + r * bytes + 4 * blocks);
-            sum += static_cast<float>(q[i]) * scales[r * blocks + b];
+        const int64_t end = std::min(count, (b + 1) * block);
+        for (int64_t begin = b * block; begin < end; begin += kChunk) {
+          const int64_t len = std::min(kChunk, end - begin);
+          std::fill(sum, sum + len, 0.0f);
+          for (int64_t r = 0; r < ranks; ++r) {  // rank order, as on every rank
+            const int8_t* q = reinterpret_cast<const int8_t*>(gathered + r * bytes + 4 * blocks) + begin;
+            const float scale_r = scales[r * blocks + b];
+            for (int64_t j = 0; j < len; ++j) sum[j] += static_cast<float>(q[j]) * scale_r;
           }
-          o[i] = static_cast<scalar_t>(sum * s);
+          for (int64_t j = 0; j < len; ++j) o[begin + j] = static_cast<scalar_t>(sum[j] * s);
         }
       }
     });

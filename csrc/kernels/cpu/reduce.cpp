@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include <c10/util/Exception.h>
 
@@ -15,6 +16,9 @@ namespace {
 #define FASTCOMM_X86_DISPATCH 0
 #endif
 #define FASTCOMM_INLINE inline __attribute__((always_inline))
+#if FASTCOMM_X86_DISPATCH
+#include <immintrin.h>
+#endif
 
 // How a stored element becomes an accumulator value and back.
 template <typename T>
@@ -57,6 +61,43 @@ struct HalfFloat {
     return static_cast<_Float16>(f);
   }
 };
+
+#if FASTCOMM_X86_DISPATCH
+// float16 for the x86-64-v3/v4 kernels: GCC 12 does not vectorize _Float16
+// conversions, so whole blocks are converted with F16C, 8 elements at a time.
+__attribute__((target("arch=x86-64-v3"))) void half_block_to_float(const _Float16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+__attribute__((target("arch=x86-64-v3"))) void float_block_to_half(const float* src, _Float16* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<_Float16>(src[i]);
+}
+
+struct HalfFloatF16c : HalfFloat {
+  static constexpr bool kBlockConversion = true;
+  static void load_block(const _Float16* src, float* dst, int64_t n) {
+    half_block_to_float(src, dst, n);
+  }
+  static void store_block(const float* src, _Float16* dst, int64_t n) {
+    float_block_to_half(src, dst, n);
+  }
+};
+#endif
+
+// Whether Conv converts whole blocks (load_block/store_block) instead of elements.
+template <typename Conv, typename = void>
+struct HasBlockConversion : std::false_type {};
+template <typename Conv>
+struct HasBlockConversion<Conv, std::void_t<decltype(Conv::kBlockConversion)>> : std::true_type {};
 
 struct SumOp {
   template <typename A>
@@ -113,12 +154,22 @@ FASTCOMM_INLINE void reduce_loop(const void* const* srcs, int n, void* dst, int6
   for (int64_t base = 0; base < count; base += kBlock) {
     const int64_t len = std::min(kBlock, count - base);
     const S* first = static_cast<const S*>(srcs[0]) + base;
+    S* out = static_cast<S*>(dst) + base;
+    if constexpr (HasBlockConversion<Conv>::value) {
+      A converted[kBlock];
+      Conv::load_block(first, acc, len);
+      for (int s = 1; s < n; ++s) {
+        Conv::load_block(static_cast<const S*>(srcs[s]) + base, converted, len);
+        for (int64_t j = 0; j < len; ++j) acc[j] = Op::apply(acc[j], converted[j]);
+      }
+      Conv::store_block(acc, out, len);
+      continue;
+    }
     for (int64_t j = 0; j < len; ++j) acc[j] = Conv::load(first[j]);
     for (int s = 1; s < n; ++s) {
       const S* src = static_cast<const S*>(srcs[s]) + base;
       for (int64_t j = 0; j < len; ++j) acc[j] = Op::apply(acc[j], Conv::load(src[j]));
     }
-    S* out = static_cast<S*>(dst) + base;
     for (int64_t j = 0; j < len; ++j) out[j] = Conv::store(acc[j]);
   }
 }
@@ -161,7 +212,7 @@ struct DtypeKernels {
   ReduceFn f32, f64, bf16, f16, i8, u8, i32, i64;
 };
 
-#define FASTCOMM_DTYPE_KERNELS(SUFFIX, TARGET)                                                               \
+#define FASTCOMM_DTYPE_KERNELS(SUFFIX, TARGET, HALF)                                                         \
   TARGET void f32_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
     arithmetic<Same<float>>(op, s, n, d, c);                                                                 \
   }                                                                                                          \
@@ -172,7 +223,7 @@ struct DtypeKernels {
     arithmetic<BFloat16Bits>(op, s, n, d, c);                                                                \
   }                                                                                                          \
   TARGET void f16_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    arithmetic<HalfFloat>(op, s, n, d, c);                                                                   \
+    arithmetic<HALF>(op, s, n, d, c);                                                                        \
   }                                                                                                          \
   TARGET void i8_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                  \
     integral<Same<int8_t>>(op, s, n, d, c);                                                                  \
@@ -189,10 +240,10 @@ struct DtypeKernels {
   constexpr DtypeKernels kernels_##SUFFIX{f32_##SUFFIX, f64_##SUFFIX, bf16_##SUFFIX, f16_##SUFFIX,            \
                                           i8_##SUFFIX,  u8_##SUFFIX,  i32_##SUFFIX,  i64_##SUFFIX};
 
-FASTCOMM_DTYPE_KERNELS(baseline, )
+FASTCOMM_DTYPE_KERNELS(baseline, , HalfFloat)
 #if FASTCOMM_X86_DISPATCH
-FASTCOMM_DTYPE_KERNELS(avx2, __attribute__((target("arch=x86-64-v3"))))
-FASTCOMM_DTYPE_KERNELS(avx512, __attribute__((target("arch=x86-64-v4"))))
+FASTCOMM_DTYPE_KERNELS(avx2, __attribute__((target("arch=x86-64-v3"))), HalfFloatF16c)
+FASTCOMM_DTYPE_KERNELS(avx512, __attribute__((target("arch=x86-64-v4"))), HalfFloatF16c)
 #endif
 
 const DtypeKernels* kernels_for(ReduceIsa isa) {

@@ -1,0 +1,200 @@
+"""fastcomm's DDP communication hooks against torch's own, side by side: the
+same model, the same process group, the same processes and run.
+
+For each pair (fastcomm hook, torch's hook for the same compression) a DDP
+training step (forward + backward, where the hooks run) is timed in
+alternating rounds, median of the slowest rank. "hook ms" is the step minus
+the same step under no_sync (no communication): what communication and
+compression cost. "rel err" is |g - g_exact| / |g_exact| of the gradient the
+hook delivers after the warm-up steps, against plain all_reduce on the same
+inputs: equal accuracy is part of the comparison. "ratio" = torch / fastcomm
+hook time (> 1: fastcomm faster).
+
+torch's peers: allreduce_hook, fp16_compress_hook, bf16_compress_hook (which
+refuses to run outside CUDA/NCCL: shown as refused), powerSGD_hook (same rank,
+error feedback and warm start; start_powerSGD_iter=2, its minimum, so it
+compresses in the timed steps; fastcomm's start_step=2 too, so both have
+compressed equally often when the error is measured). fastcomm's int8, topk and sign have no torch
+peer; their rows show the cost and the compression achieved.
+
+    python benchmarks/hooks_vs_torch.py                      # 2 ranks, fastcomm group, both models
+    python benchmarks/hooks_vs_torch.py --backend gloo --models mlp
+"""
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def mlp() -> nn.Module:
+    """8 equal 1024x1024 layers (8.4 M parameters, 34 MB of float32 gradients)."""
+    return nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(1024, 1024), nn.ReLU())])
+
+
+def transformer_blocks() -> nn.Module:
+    """4 transformer encoder layers, d_model 512, FFN 2048 (12.6 M parameters)."""
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+
+
+MODELS = {"mlp": (mlp, lambda g: torch.randn(16, 1024, generator=g)),
+          "transformer": (transformer_blocks, lambda g: torch.randn(4, 32, 512, generator=g))}
+
+
+def _pairs(rank_r: int, group):
+    """(label, fastcomm hook name + options, torch (state, hook) factory or None)."""
+    import fastcomm.hooks  # noqa: F401
+
+    def torch_powersgd():
+        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=rank_r,
+                                            start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+        return state, powerSGD_hook.powerSGD_hook
+
+    return [
+        ("allreduce", ("allreduce", {}), lambda: (group, default_hooks.allreduce_hook)),
+        ("fp16", ("fp16", {}), lambda: (group, default_hooks.fp16_compress_hook)),
+        ("bf16", ("bf16", {}), lambda: (group, default_hooks.bf16_compress_hook)),
+        (f"powersgd r={rank_r}", ("powersgd", {"rank": rank_r, "start_step": 2}), torch_powersgd),
+        ("int8", ("int8", {}), None),
+        ("topk 5%", ("topk", {"ratio": 0.05}), None),
+        ("sign", ("sign", {}), None),
+    ]
+
+
+def _time(fn, iters: int) -> float:
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+def _worker(rank: int, args, store_path: str, result_path: str) -> None:
+    import fastcomm
+    import fastcomm.hooks
+
+    torch.set_num_threads(args.threads)
+    store = dist.FileStore(store_path, args.nproc)
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=args.nproc,
+                            timeout=datetime.timedelta(seconds=600))
+    group = None
+    rows = []
+    for model_name in args.models:
+        make_model, make_input = MODELS[model_name]
+        x = make_input(torch.Generator().manual_seed(rank))
+
+        def ddp_of():
+            torch.manual_seed(0)
+            return DDP(make_model(), process_group=group)
+
+        def step(ddp):
+            ddp.zero_grad(set_to_none=False)
+            ddp(x).square().mean().backward()
+
+        def grads(ddp):
+            return torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
+
+        exact_ddp = ddp_of()
+        step(exact_ddp)
+        exact = grads(exact_ddp)
+        local = ddp_of()
+
+        def local_step():
+            with local.no_sync():
+                step(local)
+
+        for label, (name, options), torch_factory in _pairs(args.rank, group):
+            impls = {}
+            fc = ddp_of()
+            state = fastcomm.hooks.register(fc, name, group, **options)
+            impls["fastcomm"] = fc
+            errors, refused = {}, {}
+            if torch_factory is not None:
+                tc = ddp_of()
+                try:  # torch's bf16 hook refuses to register outside CUDA/NCCL: report, do not time
+                    tc.register_comm_hook(*torch_factory())
+                    impls["torch"] = tc
+                except Exception as e:
+                    refused["torch"] = type(e).__name__
+            for impl, ddp in impls.items():
+                try:
+                    for _ in range(args.warmup):
+                        step(ddp)
+                    errors[impl] = ((grads(ddp) - exact).norm() / exact.norm()).item()
+                except Exception as e:
+                    refused[impl] = type(e).__name__
+            fns = {impl: (lambda ddp=ddp: step(ddp)) for impl, ddp in impls.items() if impl not in refused}
+            fns["local"] = local_step
+            probe = torch.tensor([max(_time(fn, 1) for fn in fns.values())])
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
+            iters = int(min(args.max_iters, max(2, args.seconds / args.rounds / probe.item())))
+            samples = {impl: [] for impl in fns}
+            for _ in range(args.rounds):
+                for impl, fn in fns.items():
+                    dist.barrier(group=group)
+                    samples[impl].append(_time(fn, iters))
+            order = ["fastcomm", "torch", "local"]
+            med = torch.tensor([statistics.median(samples[i]) if i in samples else float("nan") for i in order])
+            dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
+            stats = state.stats()
+            rows.append((model_name, label, *med.tolist(), errors.get("fastcomm", float("nan")),
+                         errors.get("torch", float("nan")), refused.get("torch", ""),
+                         stats["raw_bytes"] / stats["wire_bytes"]))
+            if rank == 0:
+                print(f"  measured {model_name} {label}", file=sys.stderr, flush=True)
+    if rank == 0:
+        with open(result_path, "w") as f:
+            for r in rows:
+                f.write("|".join(map(str, r)) + "\n")
+    dist.destroy_process_group()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
+    p.add_argument("--rank", type=int, default=4, help="PowerSGD's approximation rank (both sides)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--warmup", type=int, default=3, help="steps before timing (>= 3: torch's PowerSGD compresses from step 2)")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per hook")
+    p.add_argument("--seconds", type=float, default=3.0, help="target time per hook and implementation")
+    p.add_argument("--max-iters", type=int, default=50)
+    args = p.parse_args(argv)
+    if args.nproc < 2 or args.warmup < 3 or args.rounds < 1:
+        p.error("need --nproc >= 2, --warmup >= 3, --rounds >= 1")
+    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
+        result = os.path.join(tmp, "result")
+        mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
+        rows = [line.rstrip("\n").split("|") for line in open(result)]
+    print(f"# DDP step (forward+backward) with each hook, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
+          f" median of {args.rounds} alternating rounds, slowest rank")
+    print("# hook ms = step - the same step under no_sync; ratio = torch hook ms / fastcomm hook ms;"
+          " rel err = |g - exact| / |exact| after warm-up; compr = raw / wire bytes (fastcomm)")
+    print(f"{'model':<12} {'hook':<13} {'fc step':>8} {'torch step':>10} {'fc hook':>8} {'torch hook':>10} {'ratio':>6}"
+          f" {'fc err':>8} {'torch err':>9} {'compr':>6}")
+    for model, label, t_fc, t_torch, t_local, e_fc, e_torch, refused, compr in rows:
+        t_fc, t_torch, t_local = (float(t) * 1e3 for t in (t_fc, t_torch, t_local))
+        h_fc, h_torch = t_fc - t_local, t_torch - t_local
+        if refused:
+            t_col, h_col, ratio = "refused", refused, "-"
+        elif t_torch != t_torch:  # no torch peer
+            t_col = h_col = ratio = "-"
+        else:
+            t_col, h_col, ratio = f"{t_torch:.2f}", f"{h_torch:.2f}", f"{h_torch / h_fc:.2f}"
+        print(f"{model:<12} {label:<13} {t_fc:>8.2f} {t_col:>10} {h_fc:>8.2f} {h_col:>10} {ratio:>6}"
+              f" {float(e_fc):>8.1e} {float(e_torch):>9.1e} {float(compr):>6.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
