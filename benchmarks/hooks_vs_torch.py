@@ -1,11 +1,13 @@
 """fastcomm's DDP communication hooks against torch's own, side by side: the
 same model, the same process group, the same processes and run.
 
-For each pair (fastcomm hook, torch's hook for the same compression) a DDP
-training step (forward + backward, where the hooks run) is timed in
-alternating rounds, median of the slowest rank. "hook ms" is the step minus
-the same step under no_sync (no communication): what communication and
-compression cost. "rel err" is |g - g_exact| / |g_exact| of the gradient the
+For each pair (fastcomm hook, torch's hook for the same compression) two
+times, each in alternating rounds, median of the slowest rank:
+  "call ms": the hook itself on the buckets of one step (DDP's own bucket
+     objects, captured), compression + collectives + decompression, until its
+     future completes; each call starts from the same bucket contents (the
+     restore copy is timed alone and subtracted);
+  "step ms": a DDP training step (forward + backward, where the hooks run). "rel err" is |g - g_exact| / |g_exact| of the gradient the
 hook delivers after the warm-up steps, against plain all_reduce on the same
 inputs: equal accuracy is part of the comparison. "ratio" = torch / fastcomm
 hook time (> 1: fastcomm faster).
@@ -78,6 +80,16 @@ def _time(fn, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
+def _capturing(hook, buckets: list):
+    """The hook, recording the buckets DDP hands it."""
+
+    def wrapped(state, bucket):
+        buckets.append(bucket)
+        return hook(state, bucket)
+
+    return wrapped
+
+
 def _worker(rank: int, args, store_path: str, result_path: str) -> None:
     import fastcomm
     import fastcomm.hooks
@@ -113,27 +125,49 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
                 step(local)
 
         for label, (name, options), torch_factory in _pairs(args.rank, group):
-            impls = {}
+            impls, calls, buckets = {}, {}, {}
             fc = ddp_of()
-            state = fastcomm.hooks.register(fc, name, group, **options)
-            impls["fastcomm"] = fc
+            state = fastcomm.hooks.make_state(name, group, **options)
+            state.bind(fc)
+            hook = fastcomm.hooks.registry.HOOKS[name][1]
+            buckets["fastcomm"] = []
+            fc.register_comm_hook(state, _capturing(hook, buckets["fastcomm"]))
+            impls["fastcomm"], calls["fastcomm"] = fc, (state, hook)
             errors, refused = {}, {}
             if torch_factory is not None:
                 tc = ddp_of()
+                torch_state, torch_hook = torch_factory()
+                buckets["torch"] = []
                 try:  # torch's bf16 hook refuses to register outside CUDA/NCCL: report, do not time
-                    tc.register_comm_hook(*torch_factory())
-                    impls["torch"] = tc
+                    tc.register_comm_hook(torch_state, _capturing(torch_hook, buckets["torch"]))
+                    tc._check_comm_hook(torch_hook)  # what register_comm_hook checks of the real hook
+                    impls["torch"], calls["torch"] = tc, (torch_state, torch_hook)
                 except Exception as e:
                     refused["torch"] = type(e).__name__
             for impl, ddp in impls.items():
-                try:
-                    for _ in range(args.warmup):
-                        step(ddp)
-                    errors[impl] = ((grads(ddp) - exact).norm() / exact.norm()).item()
-                except Exception as e:
-                    refused[impl] = type(e).__name__
-            fns = {impl: (lambda ddp=ddp: step(ddp)) for impl, ddp in impls.items() if impl not in refused}
+                for _ in range(args.warmup - 1):
+                    step(ddp)
+                buckets[impl].clear()
+                step(ddp)  # its buckets are the ones the hook calls are timed on
+                errors[impl] = ((grads(ddp) - exact).norm() / exact.norm()).item()
+            # the timed steps below append to the capture lists: keep this step's buckets
+            buckets = {impl: list(buckets[impl]) for impl in impls}
+            originals = {impl: [b.buffer().clone() for b in buckets[impl]] for impl in impls}
+
+            def restore(impl):
+                for b, original in zip(buckets[impl], originals[impl]):
+                    b.buffer().copy_(original)
+
+            def call(impl):
+                restore(impl)
+                hook_state, hook_fn = calls[impl]
+                for b in buckets[impl]:
+                    hook_fn(hook_state, b).wait()
+
+            fns = {impl: (lambda ddp=ddp: step(ddp)) for impl, ddp in impls.items()}
             fns["local"] = local_step
+            fns.update({f"call {impl}": (lambda impl=impl: call(impl)) for impl in impls})
+            fns["restore"] = lambda: restore("fastcomm")
             probe = torch.tensor([max(_time(fn, 1) for fn in fns.values())])
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
             iters = int(min(args.max_iters, max(2, args.seconds / args.rounds / probe.item())))
@@ -142,7 +176,7 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
                 for impl, fn in fns.items():
                     dist.barrier(group=group)
                     samples[impl].append(_time(fn, iters))
-            order = ["fastcomm", "torch", "local"]
+            order = ["fastcomm", "torch", "local", "call fastcomm", "call torch", "restore"]
             med = torch.tensor([statistics.median(samples[i]) if i in samples else float("nan") for i in order])
             dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
             stats = state.stats()
@@ -176,23 +210,24 @@ def main(argv=None) -> int:
         result = os.path.join(tmp, "result")
         mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
         rows = [line.rstrip("\n").split("|") for line in open(result)]
-    print(f"# DDP step (forward+backward) with each hook, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
+    print(f"# DDP comm hooks, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
           f" median of {args.rounds} alternating rounds, slowest rank")
-    print("# hook ms = step - the same step under no_sync; ratio = torch hook ms / fastcomm hook ms;"
-          " rel err = |g - exact| / |exact| after warm-up; compr = raw / wire bytes (fastcomm)")
-    print(f"{'model':<12} {'hook':<13} {'fc step':>8} {'torch step':>10} {'fc hook':>8} {'torch hook':>10} {'ratio':>6}"
-          f" {'fc err':>8} {'torch err':>9} {'compr':>6}")
-    for model, label, t_fc, t_torch, t_local, e_fc, e_torch, refused, compr in rows:
-        t_fc, t_torch, t_local = (float(t) * 1e3 for t in (t_fc, t_torch, t_local))
-        h_fc, h_torch = t_fc - t_local, t_torch - t_local
+    print("# call = the hook on one step's buckets; step = DDP forward+backward (no_sync step alongside);"
+          " ratio = torch / fastcomm; err = |g - exact| / |exact| after warm-up; compr = raw / wire bytes")
+    print(f"{'model':<12} {'hook':<13} {'fc call':>8} {'torch call':>10} {'ratio':>6} {'fc step':>8} {'torch step':>10}"
+          f" {'ratio':>6} {'no_sync':>8} {'fc err':>8} {'torch err':>9} {'compr':>6}")
+    for model, label, t_fc, t_torch, t_local, c_fc, c_torch, t_restore, e_fc, e_torch, refused, compr in rows:
+        t_fc, t_torch, t_local, c_fc, c_torch, t_restore = (
+            float(t) * 1e3 for t in (t_fc, t_torch, t_local, c_fc, c_torch, t_restore))
+        c_fc, c_torch = c_fc - t_restore, c_torch - t_restore
         if refused:
-            t_col, h_col, ratio = "refused", refused, "-"
+            cols = ("refused", "-", refused, "-")
         elif t_torch != t_torch:  # no torch peer
-            t_col = h_col = ratio = "-"
+            cols = ("-", "-", "-", "-")
         else:
-            t_col, h_col, ratio = f"{t_torch:.2f}", f"{h_torch:.2f}", f"{h_torch / h_fc:.2f}"
-        print(f"{model:<12} {label:<13} {t_fc:>8.2f} {t_col:>10} {h_fc:>8.2f} {h_col:>10} {ratio:>6}"
-              f" {float(e_fc):>8.1e} {float(e_torch):>9.1e} {float(compr):>6.1f}")
+            cols = (f"{c_torch:.2f}", f"{c_torch / c_fc:.2f}", f"{t_torch:.2f}", f"{t_torch / t_fc:.2f}")
+        print(f"{model:<12} {label:<13} {c_fc:>8.2f} {cols[0]:>10} {cols[1]:>6} {t_fc:>8.2f} {cols[2]:>10} {cols[3]:>6}"
+              f" {t_local:>8.2f} {float(e_fc):>8.1e} {float(e_torch):>9.1e} {float(compr):>6.1f}")
     return 0
 
 

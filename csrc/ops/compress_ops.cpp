@@ -5,6 +5,8 @@
 //   int8:      int8_quantize -> all_gather -> int8_dequantize_sum
 //   topk:      topk -> all_gather -> topk_sum
 //   sign:      sign -> all_gather -> sign_sum
+//   powersgd (CPU, float32, per large matrix): powersgd_project -> all_reduce ->
+//              powersgd_back -> all_reduce -> powersgd_approximate
 // Payload formats: kernels/compress_format.h. The CUDA implementations register
 // themselves from csrc/kernels/cuda/compress.cu. Python references of every
 // operator: fastcomm/hooks/reference.py.
@@ -142,6 +144,42 @@ void sign_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, double s
   sign_sum_cpu(gathered.const_data_ptr<uint8_t>(), ranks, out.numel(), scale, out.data_ptr(), out.scalar_type());
 }
 
+// m: (rows, cols), q: (cols, r), p: (rows, r); float32, contiguous, same device.
+void check_powersgd(const at::Tensor& m, const at::Tensor& p, const at::Tensor& q, const char* op) {
+  for (const at::Tensor* t : {&m, &p, &q}) {
+    FC_CHECK(t->scalar_type() == at::kFloat && t->dim() == 2 && t->is_contiguous(), op,
+             "matrices must be contiguous 2-D float32, got ", t->scalar_type(), " ", t->sizes());
+    FC_CHECK(t->device() == m.device(), op, "all matrices must be on ", m.device(), ", one is on ", t->device());
+  }
+  FC_CHECK(p.size(0) == m.size(0) && q.size(0) == m.size(1) && p.size(1) == q.size(1), op,
+           "shapes do not match: m ", m.sizes(), ", p ", p.sizes(), ", q ", q.sizes());
+}
+
+void powersgd_project_cpu_op(const at::Tensor& m, const at::Tensor& q, const at::Tensor& p) {
+  check_powersgd(m, p, q, "compress_powersgd_project");
+  powersgd_project_cpu(m.const_data_ptr<float>(), q.const_data_ptr<float>(), p.data_ptr<float>(), m.size(0),
+                       m.size(1), q.size(1));
+}
+
+void powersgd_back_cpu_op(const at::Tensor& m, const at::Tensor& p, const at::Tensor& q) {
+  check_powersgd(m, p, q, "compress_powersgd_back");
+  powersgd_back_cpu(m.const_data_ptr<float>(), p.const_data_ptr<float>(), q.data_ptr<float>(), m.size(0), m.size(1),
+                    q.size(1));
+}
+
+void powersgd_approximate_cpu_op(const at::Tensor& p, const at::Tensor& q, const at::Tensor& m,
+                                 const std::optional<at::Tensor>& error) {
+  constexpr const char* op = "compress_powersgd_approximate";
+  check_powersgd(m, p, q, op);
+  const bool with_error = error.has_value() && error->defined();
+  if (with_error) {
+    FC_CHECK(error->scalar_type() == at::kFloat && error->is_contiguous() && error->sizes() == m.sizes(), op,
+             "error must be a contiguous float32 tensor of m's shape ", m.sizes(), ", got ", error->sizes());
+  }
+  powersgd_approximate_cpu(p.const_data_ptr<float>(), q.const_data_ptr<float>(), m.data_ptr<float>(),
+                           with_error ? error->data_ptr<float>() : nullptr, m.size(0), m.size(1), q.size(1));
+}
+
 }  // namespace
 
 }  // namespace compress
@@ -158,6 +196,9 @@ TORCH_LIBRARY_FRAGMENT(fastcomm, m) {
   m.def("compress_topk_sum(Tensor gathered, Tensor(a!) out, float scale) -> ()");
   m.def("compress_sign(Tensor src, Tensor(a!)? error) -> Tensor");
   m.def("compress_sign_sum(Tensor gathered, Tensor(a!) out, float scale) -> ()");
+  m.def("compress_powersgd_project(Tensor m, Tensor q, Tensor(a!) p) -> ()");
+  m.def("compress_powersgd_back(Tensor m, Tensor p, Tensor(a!) q) -> ()");
+  m.def("compress_powersgd_approximate(Tensor p, Tensor q, Tensor(a!) m, Tensor(b!)? error) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(fastcomm, CPU, m) {
@@ -170,4 +211,7 @@ TORCH_LIBRARY_IMPL(fastcomm, CPU, m) {
   m.impl("compress_topk_sum", &topk_sum_cpu_op);
   m.impl("compress_sign", &sign_cpu_op);
   m.impl("compress_sign_sum", &sign_sum_cpu_op);
+  m.impl("compress_powersgd_project", &powersgd_project_cpu_op);
+  m.impl("compress_powersgd_back", &powersgd_back_cpu_op);
+  m.impl("compress_powersgd_approximate", &powersgd_approximate_cpu_op);
 }

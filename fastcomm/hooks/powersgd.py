@@ -145,6 +145,40 @@ class _BucketPlan:
         return _BucketPlan(signature, groups, uncompressed, p, q, e, uncompressed_numel, tuple(q_layout), tuple(error_layout))
 
 
+# One matrix's products: fastcomm's streaming kernels for float32 on CPU (a
+# general GEMM is 3-20x slower there for rank r this small), torch's elsewhere.
+def _fused(m: torch.Tensor) -> bool:
+    return m.device.type == "cpu" and m.dtype == torch.float32
+
+
+def _project(m: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> None:
+    """p = m q"""
+    if _fused(m):
+        _ops.compress_powersgd_project(m, q, p)
+    else:
+        torch.mm(m, q, out=p)
+
+
+def _back(m: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> None:
+    """q = m^T p"""
+    if _fused(m):
+        _ops.compress_powersgd_back(m, p, q)
+    else:
+        torch.mm(m.t(), p, out=q)
+
+
+def _approximate(p: torch.Tensor, q: torch.Tensor, m: torch.Tensor, error: torch.Tensor | None) -> None:
+    """error = m - p q^T (if given), then m = p q^T"""
+    if _fused(m):
+        _ops.compress_powersgd_approximate(p, q, m, error)
+        return
+    if error is not None:
+        error.copy_(m)
+    torch.mm(p, q.t(), out=m)
+    if error is not None:
+        error.sub_(m)
+
+
 def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
     """Gram-Schmidt on the columns of every (rows, r) matrix of the batch p, in place."""
     r = p.shape[2]
@@ -193,7 +227,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
             if error_all is not None:
                 torch._foreach_add_(m, list(error_of(g).unbind(0)))
             for j, mj in enumerate(m):
-                torch.mm(mj, q_of(g)[j], out=p_of(g)[j])
+                _project(mj, q_of(g)[j], p_of(g)[j])
         else:
             m = torch.stack([grads[i].view(g.rows, g.cols) for i in g.indices])
             if error_all is not None:
@@ -213,7 +247,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
             _orthogonalize(p, state.orthogonalization_epsilon)
             if isinstance(m, list):
                 for j, mj in enumerate(m):
-                    torch.mm(mj.t(), p[j], out=q_of(g)[j])
+                    _back(mj, p[j], q_of(g)[j])
             else:
                 torch.bmm(m.transpose(1, 2), p, out=q_of(g))
         if plan.q_numel == 0:
@@ -227,12 +261,8 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
             p, q = p_of(g), q_of(g)
             error = error_of(g) if error_all is not None else None
             if isinstance(m, list):
-                for j, mj in enumerate(m):
-                    if error is not None:
-                        error[j].copy_(mj)
-                    torch.mm(p[j], q[j].t(), out=mj)  # the approximation, straight into the bucket
-                    if error is not None:
-                        error[j].sub_(mj)
+                for j, mj in enumerate(m):  # the approximation, straight into the bucket
+                    _approximate(p[j], q[j], mj, error[j] if error is not None else None)
             else:
                 approx = torch.bmm(p, q.transpose(1, 2))
                 if error is not None:

@@ -174,3 +174,57 @@ def test_payload_sizes():
     assert ops.compress_sign(torch.zeros(n), None).numel() == 4 + math.ceil(n / 8) + 3  # padded
     assert ops.compress_sign(torch.zeros(9), None).numel() == 8  # 4 + 2, padded
     assert ops.compress_topk(torch.zeros(n), None, 10).numel() == 20
+
+
+@pytest.mark.parametrize("rows, cols, r", [(1, 1, 1), (7, 13, 3), (64, 33, 4), (300, 1000, 2), (5, 70001, 1)])
+def test_powersgd_products(rows, cols, r):
+    """Against float64 products, within float32's forward error bound for a sum:
+    |error| <= n * 2^-24 * sum |terms| (n terms; the kernels sum in lanes)."""
+
+    def close(got, want, abs_terms, n):
+        bound = n * 2.0**-24 * abs_terms + 1e-30
+        assert ((got.double() - want).abs() <= bound).all(), (got.double() - want).abs().max()
+
+    g = torch.Generator().manual_seed(rows * cols)
+    m = torch.randn(rows, cols, generator=g)
+    q = torch.randn(cols, r, generator=g)
+    p = torch.empty(rows, r)
+    md, qd = m.double(), q.double()
+    ops.compress_powersgd_project(m, q, p)
+    close(p, md @ qd, md.abs() @ qd.abs(), cols)
+    q_out = torch.empty(cols, r)
+    ops.compress_powersgd_back(m, p, q_out)
+    pd = p.double()
+    close(q_out, md.t() @ pd, md.abs().t() @ pd.abs(), rows)
+    approx, error = m.clone(), torch.empty_like(m)
+    ops.compress_powersgd_approximate(p, q, approx, error)
+    want, terms = pd @ qd.t(), pd.abs() @ qd.abs().t()
+    close(approx, want, terms, r)
+    close(error, md - want, terms + md.abs(), r + 1)
+    approx2 = m.clone()
+    ops.compress_powersgd_approximate(p, q, approx2, None)
+    assert torch.equal(approx2, approx)
+
+
+def test_powersgd_products_do_not_depend_on_threads():
+    m = torch.randn(513, 2000)
+    q = torch.randn(2000, 4)
+    before = torch.get_num_threads()
+    results = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        p, q_out, approx = torch.empty(513, 4), torch.empty(2000, 4), m.clone()
+        ops.compress_powersgd_project(m, q, p)
+        ops.compress_powersgd_back(m, p, q_out)
+        ops.compress_powersgd_approximate(p, q, approx, None)
+        results.append((p, q_out, approx))
+    torch.set_num_threads(before)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_powersgd_products_bad_arguments():
+    with pytest.raises(RuntimeError, match=r"fastcomm compress_powersgd_project: shapes do not match: m \[4, 5\], p \[4, 2\], q \[4, 2\]"):
+        ops.compress_powersgd_project(torch.zeros(4, 5), torch.zeros(4, 2), torch.zeros(4, 2))
+    with pytest.raises(RuntimeError, match="fastcomm compress_powersgd_back: matrices must be contiguous 2-D float32, got Double"):
+        ops.compress_powersgd_back(torch.zeros(4, 5, dtype=torch.float64), torch.zeros(4, 2), torch.zeros(5, 2))

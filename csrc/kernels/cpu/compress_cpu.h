@@ -61,5 +61,14 @@ void sign_compress_cpu(const void* src, c10::ScalarType dtype, float* error, int
 void sign_sum_cpu(const uint8_t* gathered, int64_t ranks, int64_t count, double scale, void* out,
                   c10::ScalarType dtype);
 
+// PowerSGD's products for a float32 matrix M (rows x cols, row-major) and rank
+// r, Q (cols x r) and P (rows x r) row-major (powersgd_matmul.cpp):
+//   project: p = m q;  back: q = m^T p;  approximate: error = m - p q^T (when
+//   error is not null), then m = p q^T.
+void powersgd_project_cpu(const float* m, const float* q, float* p, int64_t rows, int64_t cols, int64_t r);
+void powersgd_back_cpu(const float* m, const float* p, float* q, int64_t rows, int64_t cols, int64_t r);
+void powersgd_approximate_cpu(const float* p, const float* q, float* m, float* error, int64_t rows, int64_t cols,
+                              int64_t r);
+
 }  // namespace compress
 }  // namespace fastcomm
