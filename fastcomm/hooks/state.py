@@ -1,6 +1,6 @@
 """The state every fastcomm hook carries between calls: its process group,
-honest traffic counters, and per-bucket buffers (error feedback, PowerSGD's
-warm-start matrices) that survive a checkpoint.
+honest traffic counters, and per-parameter buffers (error feedback, PowerSGD's
+warm-start matrices) that survive DDP's bucket rebuild and a checkpoint.
 
 Counters (``stats()``):
   steps      communication rounds: one per backward pass that communicated
@@ -134,9 +134,13 @@ class HookState:
         self.param_buffers.load_state_dict(state["buffers"])
 
     def __getstate__(self) -> dict[str, Any]:
-        """Picklable (torch.save of the state object): everything but the group
-        and work buffers; after unpickling the state uses the default group."""
+        """Picklable (torch.save of the state object): everything but the group,
+        work buffers and what refers to this process's objects. After unpickling
+        the state uses the default group; call bind(ddp_model) before registering
+        it, so the per-parameter buffers find their parameters by name."""
         state = dict(self.__dict__)
         state["process_group"] = None
         state["_scratch"] = {}
+        state["_param_names"] = {}
+        state["_step_params"] = set()
         return state

@@ -26,8 +26,48 @@ inline float finite_or_zero(float v) {
   return std::isfinite(v) ? v : 0.0f;
 }
 
+// Whether this CPU runs the "avx2" variants below (x86-64 with AVX2; no FMA,
+// so no multiply-add is contracted and results stay bitwise the baseline's).
+inline bool cpu_has_avx2() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 }  // namespace compress
 }  // namespace fastcomm
+
+// Defines NAME##_baseline and NAME##_avx2 (x86-64 GCC only) from the same
+// always-inline template body BODY<T>, and NAME<T>(args...) picking one at run
+// time. The build itself targets baseline x86-64 (SSE2).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FASTCOMM_AVX2_VARIANTS(NAME, BODY)                                                   \
+  template <typename T, typename... Args>                                                   \
+  void NAME##_baseline(Args... args) {                                                      \
+    BODY<T>(args...);                                                                       \
+  }                                                                                         \
+  template <typename T, typename... Args>                                                   \
+  __attribute__((target("avx2"))) void NAME##_avx2(Args... args) {                          \
+    BODY<T>(args...);                                                                       \
+  }                                                                                         \
+  template <typename T, typename... Args>                                                   \
+  void NAME(Args... args) {                                                                 \
+    if (::fastcomm::compress::cpu_has_avx2()) {                                             \
+      NAME##_avx2<T>(args...);                                                              \
+    } else {                                                                                \
+      NAME##_baseline<T>(args...);                                                          \
+    }                                                                                       \
+  }
+#else
+#define FASTCOMM_AVX2_VARIANTS(NAME, BODY) \
+  template <typename T, typename... Args>  \
+  void NAME(Args... args) {                \
+    BODY<T>(args...);                      \
+  }
+#endif
 
 // Runs the lambda with scalar_t bound to the element type of a gradient dtype.
 #define FASTCOMM_DISPATCH_GRAD_TYPES(dtype, op, ...) \

@@ -32,8 +32,9 @@ inline int floor_small(float v) {
 }
 
 template <typename T>
-void quantize_block(const T* src, float* error, int64_t begin, int64_t end, bool stochastic, uint64_t seed,
-                    float* scale_out, int8_t* q) {
+inline __attribute__((always_inline)) void quantize_block(const T* src, float* error, int64_t begin, int64_t end,
+                                                          bool stochastic, uint64_t seed, float* scale_out,
+                                                          int8_t* q) {
   using A = Acc<T>;
   auto value = [&](int64_t i) { return static_cast<A>(src[i]) + (error ? static_cast<A>(error[i]) : A(0)); };
   A amax = 0;
@@ -71,6 +72,40 @@ void quantize_block(const T* src, float* error, int64_t begin, int64_t end, bool
   }
 }
 
+template <typename T>
+inline __attribute__((always_inline)) void quantize_blocks(const T* src, float* error, int64_t count, int64_t block,
+                                                           int64_t b0, int64_t b1, bool stochastic, uint64_t seed,
+                                                           float* scales, int8_t* q) {
+  for (int64_t b = b0; b < b1; ++b) {
+    quantize_block(src, error, b * block, std::min(count, (b + 1) * block), stochastic, seed, &scales[b], q);
+  }
+}
+FASTCOMM_AVX2_VARIANTS(quantize_blocks_best, quantize_blocks)
+
+// out[begin..end) of one block = scale * sum over ranks of q_r * scale_r.
+template <typename T>
+inline __attribute__((always_inline)) void dequantize_sum_blocks(const uint8_t* gathered, int64_t ranks,
+                                                                 int64_t count, int64_t block, int64_t blocks,
+                                                                 int64_t bytes, const float* scales, float s,
+                                                                 T* o, int64_t b0, int64_t b1) {
+  constexpr int64_t kChunk = 1024;  // a float32 accumulator on the stack, vectorizable inner loops
+  float sum[kChunk];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t end = std::min(count, (b + 1) * block);
+    for (int64_t begin = b * block; begin < end; begin += kChunk) {
+      const int64_t len = std::min(kChunk, end - begin);
+      std::fill(sum, sum + len, 0.0f);
+      for (int64_t r = 0; r < ranks; ++r) {  // rank order, as on every rank
+        const int8_t* q = reinterpret_cast<const int8_t*>(gathered + r * bytes + 4 * blocks) + begin;
+        const float scale_r = scales[r * blocks + b];
+        for (int64_t j = 0; j < len; ++j) sum[j] += static_cast<float>(q[j]) * scale_r;
+      }
+      for (int64_t j = 0; j < len; ++j) o[begin + j] = static_cast<T>(sum[j] * s);
+    }
+  }
+}
+FASTCOMM_AVX2_VARIANTS(dequantize_sum_blocks_best, dequantize_sum_blocks)
+
 }  // namespace
 
 void int8_quantize_cpu(const void* src, c10::ScalarType dtype, float* error, int64_t count, int64_t block,
@@ -81,9 +116,7 @@ void int8_quantize_cpu(const void* src, c10::ScalarType dtype, float* error, int
   FASTCOMM_DISPATCH_GRAD_TYPES(dtype, "int8_quantize", [&] {
     const scalar_t* s = static_cast<const scalar_t*>(src);
     at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        quantize_block(s, error, b * block, std::min(count, (b + 1) * block), stochastic, seed, &scales[b], q);
-      }
+      quantize_blocks_best<scalar_t>(s, error, count, block, b0, b1, stochastic, seed, scales.data(), q);
     });
   });
   std::memcpy(payload, scales.data(), 4 * blocks);  // the payload may not be 4-byte aligned
@@ -99,21 +132,7 @@ void int8_dequantize_sum_cpu(const uint8_t* gathered, int64_t ranks, int64_t cou
     scalar_t* o = static_cast<scalar_t*>(out);
     const float s = static_cast<float>(scale);
     at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / block), [&](int64_t b0, int64_t b1) {
-      constexpr int64_t kChunk = 1024;  // a float32 accumulator on the stack, vectorizable inner loops
-      float sum[kChunk];
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t end = std::min(count, (b + 1) * block);
-        for (int64_t begin = b * block; begin < end; begin += kChunk) {
-          const int64_t len = std::min(kChunk, end - begin);
-          std::fill(sum, sum + len, 0.0f);
-          for (int64_t r = 0; r < ranks; ++r) {  // rank order, as on every rank
-            const int8_t* q = reinterpret_cast<const int8_t*>(gathered + r * bytes + 4 * blocks) + begin;
-            const float scale_r = scales[r * blocks + b];
-            for (int64_t j = 0; j < len; ++j) sum[j] += static_cast<float>(q[j]) * scale_r;
-          }
-          for (int64_t j = 0; j < len; ++j) o[begin + j] = static_cast<scalar_t>(sum[j] * s);
-        }
-      }
+      dequantize_sum_blocks_best<scalar_t>(gathered, ranks, count, block, blocks, bytes, scales.data(), s, o, b0, b1);
     });
   });
 }
