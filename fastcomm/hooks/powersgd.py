@@ -6,7 +6,8 @@ Per bucket and step (two all_reduces; torch's hook makes three):
       n = shape[0]; tensors of one dimension, or whose r(n + m) * min_compression_rate
       >= n * m, travel uncompressed (pre-scaled by 1/world_size) in P's all_reduce
   P = M Q            (Q from the previous step: warm start)
-  all_reduce(P and the uncompressed values); orthogonalize P (Gram-Schmidt)
+  all_reduce(P and the uncompressed values); orthogonalize P (Gram-Schmidt,
+      twice per column)
   Q = M^T P;  all_reduce(Q)
   bucket = P (Q / world_size)^T;  error = M - bucket
 Small matrices of one shape are handled as one batch (torch.bmm, batched
@@ -39,7 +40,7 @@ _BATCH_MAX_ELEMENTS = 1 << 16
 
 class PowerSGDState(HookState):
     """``PowerSGDState(process_group=None, rank=2, start_step=0, min_compression_rate=2.0,
-    error_feedback=True, warm_start=True, orthogonalization_epsilon=1e-8, seed=0)``
+    error_feedback=True, warm_start=True, orthogonalization_epsilon=0.0, seed=0)``
 
     rank: the approximation rank r (>= 1). start_step: steps of plain
     all_reduce before compressing. min_compression_rate: compress a matrix only
@@ -57,7 +58,7 @@ class PowerSGDState(HookState):
         min_compression_rate: float = 2.0,
         error_feedback: bool = True,
         warm_start: bool = True,
-        orthogonalization_epsilon: float = 1e-8,
+        orthogonalization_epsilon: float = 0.0,
         seed: int = 0,
     ) -> None:
         super().__init__(process_group)
@@ -180,14 +181,23 @@ def _approximate(p: torch.Tensor, q: torch.Tensor, m: torch.Tensor, error: torch
 
 
 def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
-    """Gram-Schmidt on the columns of every (rows, r) matrix of the batch p, in place."""
+    """Gram-Schmidt with reorthogonalization on the columns of every (rows, r)
+    matrix of the batch p, in place. Each column loses its components along the
+    previous ones twice ("twice is enough"): when the gradient has rank below
+    r, the later columns of P = MQ are rounding noise, and one pass (torch's
+    hook makes one) leaves them far from orthogonal, which spoils P P^T M."""
     r = p.shape[2]
     for i in range(r):
         col = p[:, :, i : i + 1]
-        col.div_(torch.linalg.vector_norm(col, dim=1, keepdim=True).add_(epsilon))
-        if i + 1 < r:
-            rest = p[:, :, i + 1 :]
-            rest.sub_(col * torch.bmm(col.transpose(1, 2), rest))
+        if i > 0:
+            previous = p[:, :, :i]
+            for _ in range(2):
+                col.sub_(torch.bmm(previous, torch.bmm(previous.transpose(1, 2), col)))
+        norm = torch.linalg.vector_norm(col, dim=1, keepdim=True)
+        # epsilon 0 (the default): exact normalization, a zero column stays zero
+        # (no host check). A positive epsilon must be far below the gradients'
+        # magnitude: 1e-8 wrecked a 1e-5-scale, nearly rank-1 gradient.
+        col.div_(norm.add_(epsilon) if epsilon > 0 else torch.where(norm > 0, norm, torch.ones_like(norm)))
 
 
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

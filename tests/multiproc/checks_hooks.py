@@ -297,6 +297,15 @@ def powersgd_low_rank_and_exact_on_rank1(rank, world_size):
     # loss = u^T W v: gradient u v^T, rank 1, the same on every rank
     (u @ ddp(v.view(1, 20)).view(30)).backward()
     torch.testing.assert_close(lin.weight.grad, torch.outer(u, v), rtol=1e-5, atol=1e-5)
+    # rank 4 on a rank-1 gradient of 1e-6 scale: three of P's columns are
+    # rounding noise; Gram-Schmidt must still make them orthonormal (an epsilon
+    # of 1e-8 in the normalization once broke this: 16% error)
+    lin_small = nn.Linear(20, 30, bias=False)
+    ddp_small = _ddp(lin_small, "fastcomm")
+    hooks.register(ddp_small, "powersgd", rank=4, error_feedback=False)
+    (1e-3 * u @ ddp_small(1e-3 * v.view(1, 20)).view(30)).backward()
+    want = torch.outer(1e-3 * u, 1e-3 * v)
+    assert ((lin_small.weight.grad - want).norm() / want.norm()).item() < 1e-3
     state2 = hooks.make_state("powersgd", None, rank=3)
     ddp2 = _ddp(nn.Linear(20, 30, bias=False), "fastcomm")
     ddp2.register_comm_hook(state2, hooks.powersgd_hook)
