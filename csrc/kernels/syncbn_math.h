@@ -19,11 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define FASTCOMM_HOST_DEVICE __host__ __device__
-#else
-#define FASTCOMM_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace fastcomm {
 namespace syncbn {

@@ -1,5 +1,7 @@
 #include "ops/compress_ops.h"
 
+#include <limits>
+
 #include "common/errors.h"
 
 namespace fastcomm {
@@ -53,6 +55,20 @@ int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t
 
 void check_int8_block(int64_t block, const char* op) {
   FC_CHECK(block >= 1 && block <= (1 << 20), op, "block must be in [1, 1048576], got ", block);
+}
+
+void check_topk_k(const at::Tensor& src, int64_t k, const char* op) {
+  FC_CHECK(src.numel() <= std::numeric_limits<int32_t>::max(), op, "at most 2^31-1 elements (int32 indices), got ",
+           src.numel());
+  FC_CHECK(k >= 1 && k <= src.numel(), op, "k must be in [1, ", src.numel(), "], got ", k);
+}
+
+std::pair<int64_t, int64_t> check_topk_gathered(const at::Tensor& gathered, const at::Tensor& out, const char* op) {
+  FC_CHECK(gathered.dim() == 2 && gathered.size(1) % 2 == 0 && gathered.size(1) > 0, op,
+           "the gathered payloads must be [ranks, 2k], got ", gathered.sizes());
+  const int64_t k = gathered.size(1) / 2;
+  check_topk_k(out, k, op);
+  return {check_gathered(gathered, at::kInt, 2 * k, out, op), k};
 }
 
 float* error_data(const std::optional<at::Tensor>& error) {

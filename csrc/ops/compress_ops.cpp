@@ -98,12 +98,6 @@ void int8_dequantize_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& ou
                           out.scalar_type());
 }
 
-void check_topk_k(const at::Tensor& src, int64_t k, const char* op) {
-  FC_CHECK(src.numel() <= std::numeric_limits<int32_t>::max(), op, "at most 2^31-1 elements (int32 indices), got ",
-           src.numel());
-  FC_CHECK(k >= 1 && k <= src.numel(), op, "k must be in [1, ", src.numel(), "], got ", k);
-}
-
 at::Tensor topk_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& error, int64_t k) {
   constexpr const char* op = "compress_topk";
   check_gradient(src, op, "src");
@@ -118,11 +112,7 @@ at::Tensor topk_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& e
 void topk_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, double scale) {
   constexpr const char* op = "compress_topk_sum";
   check_gradient(out, op, "out");
-  FC_CHECK(gathered.dim() == 2 && gathered.size(1) % 2 == 0 && gathered.size(1) > 0, op,
-           "the gathered payloads must be [ranks, 2k], got ", gathered.sizes());
-  const int64_t k = gathered.size(1) / 2;
-  check_topk_k(out, k, op);
-  const int64_t ranks = check_gathered(gathered, at::kInt, 2 * k, out, op);
+  const auto [ranks, k] = check_topk_gathered(gathered, out, op);
   topk_sum_cpu(gathered.const_data_ptr<int32_t>(), ranks, k, out.numel(), scale, out.data_ptr(), out.scalar_type(),
                op);
 }

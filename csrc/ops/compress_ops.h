@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <utility>
 
 namespace fastcomm {
 namespace compress {
@@ -25,6 +26,12 @@ int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t
                        const at::Tensor& out, const char* op);
 
 void check_int8_block(int64_t block, const char* op);
+
+// k in [1, numel], numel within int32 indices.
+void check_topk_k(const at::Tensor& src, int64_t k, const char* op);
+
+// gathered: [ranks, 2k] int32 payloads for `out`. Returns {ranks, k}.
+std::pair<int64_t, int64_t> check_topk_gathered(const at::Tensor& gathered, const at::Tensor& out, const char* op);
 
 // The float32 pointer of an optional error buffer, or null.
 float* error_data(const std::optional<at::Tensor>& error);

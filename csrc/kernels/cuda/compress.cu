@@ -133,12 +133,6 @@ void int8_dequantize_sum_cuda(const at::Tensor& gathered, const at::Tensor& out,
   });
 }
 
-void check_topk_k(const at::Tensor& src, int64_t k, const char* op) {
-  FC_CHECK(src.numel() <= std::numeric_limits<int32_t>::max(), op, "at most 2^31-1 elements (int32 indices), got ",
-           src.numel());
-  FC_CHECK(k >= 1 && k <= src.numel(), op, "k must be in [1, ", src.numel(), "], got ", k);
-}
-
 // The CPU kernel's selection in ATen ops: threshold t = the k-th largest
 // magnitude (NaN as inf), everything above t, then elements equal to t in
 // index order until k; ascending indices.
@@ -172,11 +166,7 @@ at::Tensor topk_cuda(const at::Tensor& src, const std::optional<at::Tensor>& err
 void topk_sum_cuda(const at::Tensor& gathered, const at::Tensor& out, double scale) {
   constexpr const char* op = "compress_topk_sum";
   check_gradient(out, op, "out");
-  FC_CHECK(gathered.dim() == 2 && gathered.size(1) % 2 == 0 && gathered.size(1) > 0, op,
-           "the gathered payloads must be [ranks, 2k], got ", gathered.sizes());
-  const int64_t k = gathered.size(1) / 2;
-  check_topk_k(out, k, op);
-  const int64_t ranks = check_gathered(gathered, at::kInt, 2 * k, out, op);
+  const auto [ranks, k] = check_topk_gathered(gathered, out, op);
   c10::cuda::CUDAGuard guard(out.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor acc = at::zeros({out.numel()}, out.options().dtype(at::kFloat));
