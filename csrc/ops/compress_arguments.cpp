@@ -71,6 +71,36 @@ std::pair<int64_t, int64_t> check_topk_gathered(const at::Tensor& gathered, cons
   return {check_gathered(gathered, at::kInt, 2 * k, out, op), k};
 }
 
+std::vector<at::Tensor> checked_pack_sources(at::TensorList srcs, const at::Tensor& dst, double limit,
+                                             const std::optional<at::Tensor>& clamped, const char* op) {
+  check_gradient(dst, op, "dst");
+  FC_CHECK(limit > 0, op, "limit must be > 0, got ", limit);
+  check_clamped_counter(clamped, dst.device(), op);
+  std::vector<at::Tensor> contiguous;
+  int64_t total = 0;
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    FC_CHECK(srcs[i].device() == dst.device(), op, "srcs[", i, "] is on ", srcs[i].device(), ", dst on ",
+             dst.device());
+    contiguous.push_back(srcs[i].contiguous());
+    check_gradient(contiguous.back(), op, "each source");
+    total += srcs[i].numel();
+    FC_CHECK(total <= dst.numel(), op, "the sources hold more than dst's ", dst.numel(), " elements");
+  }
+  return contiguous;
+}
+
+void check_unpack_destinations(const at::Tensor& src, at::TensorList dsts, const char* op) {
+  check_gradient(src, op, "src");
+  int64_t total = 0;
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    FC_CHECK(dsts[i].device() == src.device(), op, "dsts[", i, "] is on ", dsts[i].device(), ", src on ",
+             src.device());
+    check_gradient(dsts[i], op, "each destination");
+    total += dsts[i].numel();
+    FC_CHECK(total <= src.numel(), op, "the destinations hold more than src's ", src.numel(), " elements");
+  }
+}
+
 float* error_data(const std::optional<at::Tensor>& error) {
   return given(error) ? error->data_ptr<float>() : nullptr;
 }

@@ -38,20 +38,12 @@ void count_clamped(const std::optional<at::Tensor>& clamped, int64_t n) {
 
 void multi_tensor_pack_cpu(at::TensorList srcs, const at::Tensor& dst, double scale, double limit,
                            const std::optional<at::Tensor>& clamped) {
-  constexpr const char* op = "compress_multi_tensor_pack";
-  check_gradient(dst, op, "dst");
-  FC_CHECK(limit > 0, op, "limit must be > 0, got ", limit);
-  check_clamped_counter(clamped, dst.device(), op);
-  std::vector<at::Tensor> held;  // contiguous copies of strided sources, alive until the copy is done
+  // contiguous copies of strided sources, alive until the copy is done
+  const std::vector<at::Tensor> held = checked_pack_sources(srcs, dst, limit, clamped, "compress_multi_tensor_pack");
   std::vector<ScaledCopy> pieces;
   int64_t offset = 0;
-  for (size_t i = 0; i < srcs.size(); ++i) {
-    const at::Tensor& s = srcs[i];
-    FC_CHECK(s.device() == dst.device(), op, "srcs[", i, "] is on ", s.device(), ", dst on ", dst.device());
-    held.push_back(s.contiguous());
-    check_gradient(held.back(), op, "each source");
-    FC_CHECK(offset + s.numel() <= dst.numel(), op, "the sources hold more than dst's ", dst.numel(), " elements");
-    pieces.push_back({held.back().const_data_ptr(), s.scalar_type(),
+  for (const at::Tensor& s : held) {
+    pieces.push_back({s.const_data_ptr(), s.scalar_type(),
                       static_cast<char*>(dst.data_ptr()) + offset * dst.element_size(), dst.scalar_type(), s.numel()});
     offset += s.numel();
   }
@@ -59,16 +51,10 @@ void multi_tensor_pack_cpu(at::TensorList srcs, const at::Tensor& dst, double sc
 }
 
 void multi_tensor_unpack_cpu(const at::Tensor& src, at::TensorList dsts, double scale) {
-  constexpr const char* op = "compress_multi_tensor_unpack";
-  check_gradient(src, op, "src");
+  check_unpack_destinations(src, dsts, "compress_multi_tensor_unpack");
   std::vector<ScaledCopy> pieces;
   int64_t offset = 0;
-  for (size_t i = 0; i < dsts.size(); ++i) {
-    const at::Tensor& d = dsts[i];
-    FC_CHECK(d.device() == src.device(), op, "dsts[", i, "] is on ", d.device(), ", src on ", src.device());
-    check_gradient(d, op, "each destination");
-    FC_CHECK(offset + d.numel() <= src.numel(), op, "the destinations hold more than src's ", src.numel(),
-             " elements");
+  for (const at::Tensor& d : dsts) {
     pieces.push_back({static_cast<const char*>(src.const_data_ptr()) + offset * src.element_size(),
                       src.scalar_type(), d.data_ptr(), d.scalar_type(), d.numel()});
     offset += d.numel();

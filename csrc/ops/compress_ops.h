@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <utility>
+#include <vector>
 
 namespace fastcomm {
 namespace compress {
@@ -32,6 +33,16 @@ void check_topk_k(const at::Tensor& src, int64_t k, const char* op);
 
 // gathered: [ranks, 2k] int32 payloads for `out`. Returns {ranks, k}.
 std::pair<int64_t, int64_t> check_topk_gathered(const at::Tensor& gathered, const at::Tensor& out, const char* op);
+
+// multi_tensor_pack's checks (dst, limit > 0, counter, every source's device,
+// dtype and the total size); returns the sources made contiguous (held by the
+// caller while it copies from them).
+std::vector<at::Tensor> checked_pack_sources(at::TensorList srcs, const at::Tensor& dst, double limit,
+                                             const std::optional<at::Tensor>& clamped, const char* op);
+
+// multi_tensor_unpack's checks (src, every destination's device, dtype,
+// contiguity and the total size).
+void check_unpack_destinations(const at::Tensor& src, at::TensorList dsts, const char* op);
 
 // The float32 pointer of an optional error buffer, or null.
 float* error_data(const std::optional<at::Tensor>& error);

@@ -53,39 +53,26 @@ void launch_scaled_copy(const at::Tensor& src, int64_t src_offset, const at::Ten
 // tensors are not (a multi_tensor_apply-style launch would be the next step).
 void multi_tensor_pack_cuda(at::TensorList srcs, const at::Tensor& dst, double scale, double limit,
                             const std::optional<at::Tensor>& clamped) {
-  constexpr const char* op = "compress_multi_tensor_pack";
-  check_gradient(dst, op, "dst");
-  FC_CHECK(limit > 0, op, "limit must be > 0, got ", limit);
-  check_clamped_counter(clamped, dst.device(), op);
+  const std::vector<at::Tensor> sources =
+      checked_pack_sources(srcs, dst, limit, clamped, "compress_multi_tensor_pack");
   c10::cuda::CUDAGuard guard(dst.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   auto* counter = clamped.has_value() && clamped->defined()
                       ? reinterpret_cast<unsigned long long*>(clamped->data_ptr<int64_t>())
                       : nullptr;
   int64_t offset = 0;
-  for (size_t i = 0; i < srcs.size(); ++i) {
-    FC_CHECK(srcs[i].device() == dst.device(), op, "srcs[", i, "] is on ", srcs[i].device(), ", dst on ",
-             dst.device());
-    const at::Tensor s = srcs[i].contiguous();
-    check_gradient(s, op, "each source");
-    FC_CHECK(offset + s.numel() <= dst.numel(), op, "the sources hold more than dst's ", dst.numel(), " elements");
+  for (const at::Tensor& s : sources) {
     launch_scaled_copy(s, 0, dst, offset, s.numel(), scale, limit, counter, stream);
     offset += s.numel();
   }
 }
 
 void multi_tensor_unpack_cuda(const at::Tensor& src, at::TensorList dsts, double scale) {
-  constexpr const char* op = "compress_multi_tensor_unpack";
-  check_gradient(src, op, "src");
+  check_unpack_destinations(src, dsts, "compress_multi_tensor_unpack");
   c10::cuda::CUDAGuard guard(src.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   int64_t offset = 0;
   for (size_t i = 0; i < dsts.size(); ++i) {
-    FC_CHECK(dsts[i].device() == src.device(), op, "dsts[", i, "] is on ", dsts[i].device(), ", src on ",
-             src.device());
-    check_gradient(dsts[i], op, "each destination");
-    FC_CHECK(offset + dsts[i].numel() <= src.numel(), op, "the destinations hold more than src's ", src.numel(),
-             " elements");
     launch_scaled_copy(src, offset, dsts[i], 0, dsts[i].numel(), scale, std::numeric_limits<double>::infinity(),
                        nullptr, stream);
     offset += dsts[i].numel();
