@@ -24,18 +24,15 @@ peer; their rows show the cost and the compression achieved.
 """
 import argparse
 import datetime
-import os
-import statistics
 import sys
-import tempfile
-import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
 
 
 def mlp() -> nn.Module:
@@ -73,13 +70,6 @@ def _pairs(rank_r: int, group):
     ]
 
 
-def _time(fn, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) / iters
-
-
 def _capturing(hook, buckets: list):
     """The hook, recording the buckets DDP hands it."""
 
@@ -90,15 +80,15 @@ def _capturing(hook, buckets: list):
     return wrapped
 
 
-def _worker(rank: int, args, store_path: str, result_path: str) -> None:
+def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm
     import fastcomm.hooks
 
     torch.set_num_threads(args.threads)
-    store = dist.FileStore(store_path, args.nproc)
-    dist.init_process_group(args.backend, store=store, rank=rank, world_size=args.nproc,
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=nproc,
                             timeout=datetime.timedelta(seconds=600))
     group = None
+    control = dist.new_group(backend="gloo")  # timing agreement apart from the group under test
     rows = []
     for model_name in args.models:
         make_model, make_input = MODELS[model_name]
@@ -168,48 +158,31 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
             fns["local"] = local_step
             fns.update({f"call {impl}": (lambda impl=impl: call(impl)) for impl in impls})
             fns["restore"] = lambda: restore("fastcomm")
-            probe = torch.tensor([max(_time(fn, 1) for fn in fns.values())])
-            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-            iters = int(min(args.max_iters, max(2, args.seconds / args.rounds / probe.item())))
-            samples = {impl: [] for impl in fns}
-            for _ in range(args.rounds):
-                for impl, fn in fns.items():
-                    dist.barrier(group=group)
-                    samples[impl].append(_time(fn, iters))
+            medians = alternating_rounds({impl: timer_of(fn) for impl, fn in fns.items()}, control,
+                                         rounds=args.rounds, seconds=args.seconds, max_iters=args.max_iters,
+                                         warmup_calls=1)
             order = ["fastcomm", "torch", "local", "call fastcomm", "call torch", "restore"]
-            med = torch.tensor([statistics.median(samples[i]) if i in samples else float("nan") for i in order])
-            dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
+            med = [medians.get(i, float("nan")) for i in order]
             stats = state.stats()
-            rows.append((model_name, label, *med.tolist(), errors.get("fastcomm", float("nan")),
+            rows.append((model_name, label, *med, errors.get("fastcomm", float("nan")),
                          errors.get("torch", float("nan")), refused.get("torch", ""),
                          stats["raw_bytes"] / stats["wire_bytes"]))
-            if rank == 0:
-                print(f"  measured {model_name} {label}", file=sys.stderr, flush=True)
-    if rank == 0:
-        with open(result_path, "w") as f:
-            for r in rows:
-                f.write("|".join(map(str, r)) + "\n")
+            measured(rank, f"{model_name} {label}")
     dist.destroy_process_group()
+    return rows
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2)
+    add_round_arguments(p, seconds=3.0, max_iters=50, warmup=3)
     p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     p.add_argument("--rank", type=int, default=4, help="PowerSGD's approximation rank (both sides)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p.add_argument("--warmup", type=int, default=3, help="steps before timing (>= 3: torch's PowerSGD compresses from step 2)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per hook")
-    p.add_argument("--seconds", type=float, default=3.0, help="target time per hook and implementation")
-    p.add_argument("--max-iters", type=int, default=50)
     args = p.parse_args(argv)
     if args.nproc < 2 or args.warmup < 3 or args.rounds < 1:
         p.error("need --nproc >= 2, --warmup >= 3, --rounds >= 1")
-    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
-        result = os.path.join(tmp, "result")
-        mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
-        rows = [line.rstrip("\n").split("|") for line in open(result)]
+    rows = spawn_ranks(_rank, args.nproc, args)
     print(f"# DDP comm hooks, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
           f" median of {args.rounds} alternating rounds, slowest rank")
     print("# call = the hook on one step's buckets; step = DDP forward+backward (no_sync step alongside);"

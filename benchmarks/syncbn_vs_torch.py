@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
-import tempfile
-import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of  # noqa: E402
 
 # name: (per-rank input shape, channels_last)
 LAYERS = {
@@ -46,13 +44,6 @@ LAYERS = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def _time(fn, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) / iters
-
-
 def _collectives() -> int:
     """Collectives called on the default fastcomm group (its sequence number counts each call once)."""
     import fastcomm
@@ -60,14 +51,14 @@ def _collectives() -> int:
     return fastcomm.fastcomm_backend()._get_sequence_number_for_group()
 
 
-def _worker(rank: int, args, store_path: str, result_path: str) -> None:
+def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm
     from fastcomm.nn._syncbn_function import SyncBatchNormFunction
     from torch_syncbn_algorithm import TorchAlgorithmSyncBatchNorm
 
     torch.set_num_threads(args.threads)
-    store = dist.FileStore(store_path, args.nproc)
-    dist.init_process_group(args.backend, store=store, rank=rank, world_size=args.nproc, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300))
+    control = dist.new_group(backend="gloo")  # timing agreement apart from the group under test
     dtype = DTYPES[args.dtype]
     rows = []
     for name in args.layers:
@@ -111,49 +102,27 @@ def _worker(rank: int, args, store_path: str, result_path: str) -> None:
         comm = lambda: (dist.all_reduce(packed), dist.all_reduce(packed[1:]))  # noqa: E731
         fns = {impl: (lambda layer=layer: step(layer)) for impl, layer in layers.items()}
         fns["comm"] = comm
-        for fn in fns.values():
-            for _ in range(args.warmup):
-                fn()
-        probe = torch.tensor([max(_time(fns["torch"], 2), _time(fns["fastcomm"], 2))])
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX)  # same iteration count on every rank
-        iters = int(min(args.max_iters, max(2, args.seconds / args.rounds / probe.item())))
-        samples = {impl: [] for impl in fns}
-        for _ in range(args.rounds):
-            for impl, fn in fns.items():
-                dist.barrier()
-                samples[impl].append(_time(fn, iters))
+        medians = alternating_rounds({impl: timer_of(fn) for impl, fn in fns.items()}, control, rounds=args.rounds,
+                                     seconds=args.seconds, max_iters=args.max_iters, warmup_calls=args.warmup)
         order = ("fastcomm", "torch", "comm", "fastcomm local", "torch local")
-        medians = torch.tensor([statistics.median(samples[impl]) for impl in order])
-        dist.all_reduce(medians, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
-        rows.append((name, *medians.tolist(), counts.get("fastcomm", -1), counts.get("torch", -1)))
-        if rank == 0:
-            print(f"  measured {name}", file=sys.stderr, flush=True)
-    if rank == 0:
-        with open(result_path, "w") as f:
-            for r in rows:
-                f.write("|".join(map(str, r)) + "\n")
+        rows.append((name, *(medians[impl] for impl in order), counts.get("fastcomm", -1), counts.get("torch", -1)))
+        measured(rank, name)
     dist.destroy_process_group()
+    return rows
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2)
+    add_round_arguments(p, seconds=1.0, max_iters=500, warmup=2)
     p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), metavar="LAYER",
                    help="layers to run (default: all): " + ", ".join(f"'{n}'" for n in LAYERS))
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per layer")
-    p.add_argument("--seconds", type=float, default=1.0, help="target time per layer and implementation")
-    p.add_argument("--max-iters", type=int, default=500)
     args = p.parse_args(argv)
     if args.nproc < 2 or args.threads < 1 or args.rounds < 1:
         p.error("need --nproc >= 2, --threads >= 1, --rounds >= 1")
-    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
-        result = os.path.join(tmp, "result")
-        mp.spawn(_worker, args=(args, os.path.join(tmp, "store"), result), nprocs=args.nproc)
-        rows = [line.rstrip("\n").split("|") for line in open(result)]
+    rows = spawn_ranks(_rank, args.nproc, args)
     print(f"# SyncBatchNorm forward+backward, {args.dtype}, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
           f" median of {args.rounds} alternating rounds, slowest rank")
     print("# ratio = torch-algorithm time / fastcomm time (> 1: fastcomm faster); coll = collectives per layer per step")

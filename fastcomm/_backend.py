@@ -7,6 +7,7 @@ group's store, so they never collide with the group's own keys or other groups.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import torch
@@ -41,6 +42,17 @@ def _make_nccl(store: dist.Store, rank: int, size: int, timeout: datetime.timede
     return dist.ProcessGroupNCCL(dist.PrefixStore("fastcomm/nccl/", store), rank, size, nccl_options)
 
 
+def make_config(options: Options, plan: _shm.ShmPlan, cuda_unavailable_reason: str) -> _C.Config:
+    """The group's one configuration object for C++: every option, copied by
+    field name (a field C++ lacks fails here), plus the host plan."""
+    config = _C.Config()
+    for field in dataclasses.fields(options):
+        setattr(config, field.name, getattr(options, field.name))
+    config.host_of_rank = plan.host_of_rank
+    config.cuda_unavailable_reason = cuda_unavailable_reason
+    return config
+
+
 def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcomm:
     """The creator registered with ``dist.Backend.register_backend(..., extended_api=True)``.
 
@@ -54,21 +66,10 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     gloo = _make_gloo(store, rank, size, timeout, options)
     reason = _cuda_unavailable_reason()
     nccl = _make_nccl(store, rank, size, timeout) if not reason else None
-    shm = _shm.setup(store, rank, size, timeout, options)
+    plan = _shm.setup(store, rank, size, timeout, options)
     return _C.ProcessGroupFastcomm(
-        store,
-        rank,
-        size,
-        timeout,
-        gloo,
-        nccl,
-        reason,
-        options.allreduce_allgather_max_bytes,
-        shm.engine,
-        shm.hierarchical,
-        shm.leaders,
-        options.shm_oneshot_max_bytes,
-        shm.host_of_rank,
+        rank, size, timeout, make_config(options, plan, reason),
+        gloo=gloo, nccl=nccl, engine=plan.engine, leaders=plan.leaders,
     )
 
 

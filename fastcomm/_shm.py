@@ -33,11 +33,13 @@ _PREFIX = "fastcomm/shm/"
 
 @dataclasses.dataclass
 class ShmPlan:
+    """The host plan of one group: what C++ gets as Config.host_of_rank and Transports."""
+
     engine: _C.ShmEngine | None = None  # this rank's engine (None: alone on its host, or off)
-    hierarchical: bool = False  # the group spans hosts and every host is ready
-    leaders: dist.ProcessGroup | None = None  # Gloo among host leaders (leaders only)
-    host_of_rank: list[int] = dataclasses.field(default_factory=list)  # host index per group rank (hierarchical)
-    reason: str = ""  # why the engine is not used ("" when it is)
+    leaders: dist.ProcessGroup | None = None  # Gloo among host leaders (hierarchical groups, leaders only)
+    # Host index of every group rank, when the group spans hosts and every host
+    # is ready (hierarchical); empty otherwise.
+    host_of_rank: list[int] = dataclasses.field(default_factory=list)
 
 
 def _host_key(rank: int, options: Options) -> str:
@@ -87,7 +89,7 @@ def _make_leaders(store: dist.Store, host_index: int, hosts: int, timeout: datet
 def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options) -> ShmPlan:
     """This rank's part of the group's shared-memory rendezvous (collective over the group)."""
     if not options.shm:
-        return ShmPlan(reason="FASTCOMM_SHM=0")
+        return ShmPlan()
     if size == 1:
         # Its own host: the engine makes every collective a local copy, without
         # Gloo's thread hand-off (~20 us per op).
@@ -116,15 +118,15 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         reason = f"shared-memory engine disabled for this group: {failures[0]}"
         if rank == 0:
             warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
-        return ShmPlan(reason=reason)
+        return ShmPlan()
     if len(hosts) == 1:
         return ShmPlan(engine=engine)
     if len(hosts) == size:
         # One rank per host: nothing to share, and the hierarchical algorithms
         # would only wrap Gloo (losing allreduce_via_allgather's one-round path).
-        return ShmPlan(reason="one rank per host")
+        return ShmPlan()
     leaders = None
     if local_rank == 0:
         leaders = _make_leaders(store, hosts.index(keys[rank]), len(hosts), timeout, options)
     host_of_rank = [hosts.index(k) for k in keys]
-    return ShmPlan(engine=engine, hierarchical=True, leaders=leaders, host_of_rank=host_of_rank)
+    return ShmPlan(engine=engine, leaders=leaders, host_of_rank=host_of_rank)

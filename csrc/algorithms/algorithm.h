@@ -20,7 +20,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "backend/collective.h"
+#include "core/collective.h"
 
 namespace fastcomm {
 

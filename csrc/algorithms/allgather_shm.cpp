@@ -6,15 +6,16 @@
 #include <vector>
 
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 #include "algorithms/shm_common.h"
 
 namespace fastcomm {
 
 namespace {
 
-class AllgatherShm final : public Algorithm {
+class AllgatherShm final : public ShmAlgorithm {
  public:
-  explicit AllgatherShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "allgather_shm";
@@ -36,24 +37,9 @@ class AllgatherShm final : public Algorithm {
       outputs[r] = c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + r * total
                                                             : byte_ptr(c.output_lists[0][r]);
     }
-    return shm_run(engine, c, shm_describe(c, total, total * n, -1), [&]() {
-      const char* data = byte_ptr(input);
-      size_t offset = 0;
-      do {
-        const size_t len = std::min(engine.slot_bytes(), total - offset);
-        engine.start_use();
-        copy_bytes(engine.my_slot(), data + offset, len);
-        engine.round();
-        for (int r = 0; r < n; ++r) {
-          if (outputs[r] + offset != data + offset) copy_bytes(outputs[r] + offset, engine.slot_of(r), len);
-        }
-        offset += len;
-      } while (offset < total);
-    });
+    return shm_run(engine, c, shm_describe(c, total, total * n, -1),
+                   [&]() { shm_gather_chunks(engine, byte_ptr(input), total, outputs, kEveryRank); });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -10,57 +10,36 @@
 // S * (P-1)^2 <= `max_bytes` (FASTCOMM_SHM_ONESHOT_MAX_BYTES, the 2-rank
 // threshold). Measured crossovers (docs/algorithms.md): ~128 KiB at 2 ranks,
 // ~16 KiB at 4.
-#include <cstring>
-#include <vector>
-
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 #include "algorithms/shm_common.h"
 
 namespace fastcomm {
 
 namespace {
 
-class AllreduceShmOneshot final : public Algorithm {
+class AllreduceShmOneshot final : public ShmAlgorithm {
  public:
-  AllreduceShmOneshot(ShmTopology topology, int64_t max_bytes) : topology_(std::move(topology)), max_bytes_(max_bytes) {}
+  AllreduceShmOneshot(ShmTopology topology, int64_t max_bytes) : ShmAlgorithm(std::move(topology)), max_bytes_(max_bytes) {}
 
   const char* name() const override {
     return "allreduce_shm_oneshot";
   }
 
   bool accepts(const Collective& c) const override {
-    if (c.type != c10d::OpType::ALLREDUCE || !topology_.single_host() || !shm_eligible(c)) return false;
-    if (c.inputs.size() != 1 || !shm_reduce_kind(c.reduce_op, c.inputs[0].scalar_type())) return false;
+    if (c.type != c10d::OpType::ALLREDUCE || !topology_.single_host() || !shm_reduces_one_tensor(c)) return false;
     const int64_t others = topology_.group_size - 1;
     return static_cast<int64_t>(c.inputs[0].nbytes()) * others * others <= max_bytes_;
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const at::Tensor& t = c.inputs[0];
-    const auto dtype = t.scalar_type();
-    const auto kind = *shm_reduce_kind(c.reduce_op, dtype);
-    const size_t total = t.nbytes(), element = t.element_size();
-    return shm_run(engine, c, shm_describe(c, total, total, -1), [&]() {
-      const int n = engine.local_size();
-      const size_t chunk = engine.slot_bytes() / element * element;
-      std::vector<const void*> slots(n);
-      char* data = byte_ptr(t);
-      size_t offset = 0;
-      do {  // at least one round, so even empty tensors are compared across ranks
-        const size_t len = std::min(chunk, total - offset);
-        engine.start_use();
-        copy_bytes(engine.my_slot(), data + offset, len);
-        engine.round();
-        for (int r = 0; r < n; ++r) slots[r] = engine.slot_of(r);
-        kernels::reduce(dtype, kind, slots.data(), n, data + offset, static_cast<int64_t>(len / element));
-        offset += len;
-      } while (offset < total);
-    });
+    const ShmReduction r = shm_reduction(c);
+    return shm_run(engine, c, shm_describe(c, r.total, r.total, -1),
+                   [&]() { shm_reduce_chunks(engine, r, kEveryRank); });
   }
 
  private:
-  ShmTopology topology_;
   int64_t max_bytes_;
 };
 

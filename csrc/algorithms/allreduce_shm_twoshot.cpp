@@ -16,35 +16,32 @@
 
 #include "algorithms/registry.h"
 #include "algorithms/shm_common.h"
+#include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
 
 namespace {
 
-class AllreduceShmTwoshot final : public Algorithm {
+class AllreduceShmTwoshot final : public ShmAlgorithm {
  public:
-  explicit AllreduceShmTwoshot(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "allreduce_shm_twoshot";
   }
 
   bool accepts(const Collective& c) const override {
-    if (c.type != c10d::OpType::ALLREDUCE || !topology_.single_host() || !shm_eligible(c)) return false;
-    return c.inputs.size() == 1 && shm_reduce_kind(c.reduce_op, c.inputs[0].scalar_type()).has_value();
+    return c.type == c10d::OpType::ALLREDUCE && topology_.single_host() && shm_reduces_one_tensor(c);
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const at::Tensor& t = c.inputs[0];
-    const auto dtype = t.scalar_type();
-    const auto kind = *shm_reduce_kind(c.reduce_op, dtype);
-    const size_t total = t.nbytes(), element = t.element_size();
+    const ShmReduction r = shm_reduction(c);
+    const size_t total = r.total, element = r.element;
     return shm_run(engine, c, shm_describe(c, total, total, -1), [&]() {
       const int n = engine.local_size(), me = engine.local_rank();
       const size_t chunk = engine.slot_bytes() / element * element;
       std::vector<const void*> slices(n);
-      char* data = byte_ptr(t);
       size_t offset = 0;
       do {
         const size_t len = std::min(chunk, total - offset);
@@ -53,24 +50,21 @@ class AllreduceShmTwoshot final : public Algorithm {
         const size_t mine_end = slice_begin(count, n, me + 1) * element;
         engine.start_use();
         char* my_slot = engine.my_slot();
-        copy_bytes(my_slot, data + offset, mine_begin);
-        copy_bytes(my_slot + mine_end, data + offset + mine_end, len - mine_end);
+        copy_bytes(my_slot, r.data + offset, mine_begin);
+        copy_bytes(my_slot + mine_end, r.data + offset + mine_end, len - mine_end);
         engine.round();
-        for (int r = 0; r < n; ++r) slices[r] = (r == me ? data + offset : engine.slot_of(r)) + mine_begin;
-        kernels::reduce(dtype, kind, slices.data(), n, my_slot + mine_begin,
+        for (int q = 0; q < n; ++q) slices[q] = (q == me ? r.data + offset : engine.slot_of(q)) + mine_begin;
+        kernels::reduce(r.dtype, r.kind, slices.data(), n, my_slot + mine_begin,
                         static_cast<int64_t>((mine_end - mine_begin) / element));
         engine.round();
         for (int q = 0; q < n; ++q) {
           const size_t begin = slice_begin(count, n, q) * element, end = slice_begin(count, n, q + 1) * element;
-          copy_bytes(data + offset + begin, engine.slot_of(q) + begin, end - begin);
+          copy_bytes(r.data + offset + begin, engine.slot_of(q) + begin, end - begin);
         }
         offset += len;
       } while (offset < total);
     });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -12,52 +12,36 @@
 // into SUM and int32 before this runs); empty tensors stay with Gloo.
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
+#include "core/support.h"
 
 namespace fastcomm {
 
 namespace {
 
 // acc op= row, elementwise, in place (acc: a handle to the result tensor).
-void reduce_into(at::Tensor acc, const at::Tensor& row, c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM:
+void reduce_into(at::Tensor acc, const at::Tensor& row, ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Sum:
       acc.add_(row);
       break;
-    case c10d::ReduceOp::PRODUCT:
+    case ReduceKind::Product:
       acc.mul_(row);
       break;
-    case c10d::ReduceOp::MIN:
+    case ReduceKind::Min:
       at::minimum_out(acc, acc, row);
       break;
-    case c10d::ReduceOp::MAX:
+    case ReduceKind::Max:
       at::maximum_out(acc, acc, row);
       break;
-    case c10d::ReduceOp::BAND:
+    case ReduceKind::BitAnd:
       acc.bitwise_and_(row);
       break;
-    case c10d::ReduceOp::BOR:
+    case ReduceKind::BitOr:
       acc.bitwise_or_(row);
       break;
-    case c10d::ReduceOp::BXOR:
+    case ReduceKind::BitXor:
       acc.bitwise_xor_(row);
       break;
-    default:
-      TORCH_INTERNAL_ASSERT(false, "allreduce_via_allgather: op ", static_cast<int>(op), " was not accepted");
-  }
-}
-
-bool supported(c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::PRODUCT:
-    case c10d::ReduceOp::MIN:
-    case c10d::ReduceOp::MAX:
-    case c10d::ReduceOp::BAND:
-    case c10d::ReduceOp::BOR:
-    case c10d::ReduceOp::BXOR:
-      return true;
-    default:
-      return false;
   }
 }
 
@@ -71,9 +55,10 @@ class AllreduceViaAllgather final : public Algorithm {
 
   bool accepts(const Collective& c) const override {
     if (c.device != c10::DeviceType::CPU || c.type != c10d::OpType::ALLREDUCE || world_size_ < 2) return false;
-    if (c.inputs.size() != 1 || !supported(c.reduce_op.op_)) return false;
+    if (c.inputs.size() != 1 || !elementwise_kind(c.reduce_op)) return false;
     const at::Tensor& t = c.inputs[0];
-    return t.is_contiguous() && t.scalar_type() != at::kBool && t.numel() > 0 && t.nbytes() <= max_bytes_;
+    return t.is_contiguous() && t.scalar_type() != at::kBool && t.numel() > 0 &&
+           static_cast<int64_t>(t.nbytes()) <= max_bytes_;
   }
 
   Launched launch(Collective& c, Dispatcher& dispatcher) override {
@@ -86,10 +71,10 @@ class AllreduceViaAllgather final : public Algorithm {
     gather.outputs = {gathered.view({-1})};
     gather.timeout = c.timeout;
     gather.device = c.device;
-    const auto op = c.reduce_op.op_;
-    auto reduce = [flat, gathered, op]() {
+    const ReduceKind kind = *elementwise_kind(c.reduce_op);
+    auto reduce = [flat, gathered, kind]() {
       flat.copy_(gathered[0]);
-      for (int64_t r = 1; r < gathered.size(0); ++r) reduce_into(flat, gathered[r], op);
+      for (int64_t r = 1; r < gathered.size(0); ++r) reduce_into(flat, gathered[r], kind);
     };
     std::vector<Launched> parts{dispatcher.launch(gather)};
     return then_run(std::move(parts), reduce, c.result_tensors());

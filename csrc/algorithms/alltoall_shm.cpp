@@ -11,7 +11,7 @@
 
 #include "algorithms/registry.h"
 #include "algorithms/shm_common.h"
-#include "common/errors.h"
+#include "core/errors.h"
 
 namespace fastcomm {
 
@@ -31,9 +31,9 @@ void blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int n, s
   }
 }
 
-class AlltoallShm final : public Algorithm {
+class AlltoallShm final : public ShmAlgorithm {
  public:
-  explicit AlltoallShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "alltoall_shm";
@@ -93,9 +93,6 @@ class AlltoallShm final : public Algorithm {
       }
     });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -6,9 +6,9 @@ namespace fastcomm {
 
 namespace {
 
-class BarrierShm final : public Algorithm {
+class BarrierShm final : public ShmAlgorithm {
  public:
-  explicit BarrierShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "barrier_shm";
@@ -25,9 +25,6 @@ class BarrierShm final : public Algorithm {
       engine.round();
     });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -4,15 +4,16 @@
 // round, every other rank copies it out (S written by the root, S read and
 // written by each other rank; the P-1 readers copy in parallel).
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 #include "algorithms/shm_common.h"
 
 namespace fastcomm {
 
 namespace {
 
-class BroadcastShm final : public Algorithm {
+class BroadcastShm final : public ShmAlgorithm {
  public:
-  explicit BroadcastShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "broadcast_shm";
@@ -30,9 +31,6 @@ class BroadcastShm final : public Algorithm {
     return shm_run(engine, c, shm_describe(c, total, total, root),
                    [&]() { shm_broadcast_chunks(engine, byte_ptr(t), total, root); });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "algorithms/delegated.h"
 
-#include "common/errors.h"
+#include "core/errors.h"
 
 namespace fastcomm {
 

@@ -1,6 +1,6 @@
 #include "algorithms/flat_buffer.h"
 
-#include "backend/device_registry.h"
+#include "core/device_registry.h"
 
 namespace fastcomm {
 

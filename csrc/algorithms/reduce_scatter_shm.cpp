@@ -11,14 +11,15 @@
 
 #include "algorithms/registry.h"
 #include "algorithms/shm_common.h"
+#include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
 
 namespace {
 
-class ReduceScatterShm final : public Algorithm {
+class ReduceScatterShm final : public ShmAlgorithm {
  public:
-  explicit ReduceScatterShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "reduce_scatter_shm";
@@ -27,7 +28,7 @@ class ReduceScatterShm final : public Algorithm {
   bool accepts(const Collective& c) const override {
     if (!topology_.single_host() || !shm_eligible(c) || c.outputs.size() != 1) return false;
     if (topology_.engine->local_size() * size_t{64} > topology_.engine->slot_bytes()) return false;  // pieces >= 64 B
-    if (!shm_reduce_kind(c.reduce_op, c.outputs[0].scalar_type())) return false;
+    if (!cpu_kernel_reduction(c.reduce_op, c.outputs[0].scalar_type())) return false;
     if (c.type == c10d::OpType::_REDUCE_SCATTER_BASE) return c.inputs.size() == 1;
     return c.type == c10d::OpType::REDUCE_SCATTER && c.input_lists.size() == 1;
   }
@@ -37,7 +38,7 @@ class ReduceScatterShm final : public Algorithm {
     const int n = engine.local_size(), me = engine.local_rank();
     const at::Tensor& output = c.outputs[0];
     const auto dtype = output.scalar_type();
-    const auto kind = *shm_reduce_kind(c.reduce_op, dtype);
+    const auto kind = *cpu_kernel_reduction(c.reduce_op, dtype);
     const size_t total = output.nbytes(), element = output.element_size();
     std::vector<const char*> blocks(n);  // the block of this rank's input that rank q keeps
     for (int q = 0; q < n; ++q) {
@@ -62,9 +63,6 @@ class ReduceScatterShm final : public Algorithm {
       } while (offset < total);
     });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

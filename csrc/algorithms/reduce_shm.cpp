@@ -4,57 +4,32 @@
 // one round, the root reduces all P slots in rank order into its tensor (each
 // rank writes S; the root reads P*S). Other ranks' tensors are left unchanged,
 // as Gloo and NCCL leave them.
-#include <vector>
-
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 #include "algorithms/shm_common.h"
 
 namespace fastcomm {
 
 namespace {
 
-class ReduceShm final : public Algorithm {
+class ReduceShm final : public ShmAlgorithm {
  public:
-  explicit ReduceShm(ShmTopology topology) : topology_(std::move(topology)) {}
+  using ShmAlgorithm::ShmAlgorithm;
 
   const char* name() const override {
     return "reduce_shm";
   }
 
   bool accepts(const Collective& c) const override {
-    if (c.type != c10d::OpType::REDUCE || !topology_.single_host() || !shm_eligible(c)) return false;
-    return c.inputs.size() == 1 && shm_reduce_kind(c.reduce_op, c.inputs[0].scalar_type()).has_value();
+    return c.type == c10d::OpType::REDUCE && topology_.single_host() && shm_reduces_one_tensor(c);
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const at::Tensor& t = c.inputs[0];
-    const auto dtype = t.scalar_type();
-    const auto kind = *shm_reduce_kind(c.reduce_op, dtype);
-    const size_t total = t.nbytes(), element = t.element_size();
+    const ShmReduction r = shm_reduction(c);
     const int root = static_cast<int>(c.peer);
-    return shm_run(engine, c, shm_describe(c, total, total, root), [&]() {
-      const int n = engine.local_size();
-      const size_t chunk = engine.slot_bytes() / element * element;
-      std::vector<const void*> slots(n);
-      char* data = byte_ptr(t);
-      size_t offset = 0;
-      do {
-        const size_t len = std::min(chunk, total - offset);
-        engine.start_use();
-        copy_bytes(engine.my_slot(), data + offset, len);
-        engine.round();
-        if (engine.local_rank() == root) {
-          for (int r = 0; r < n; ++r) slots[r] = engine.slot_of(r);
-          kernels::reduce(dtype, kind, slots.data(), n, data + offset, static_cast<int64_t>(len / element));
-        }
-        offset += len;
-      } while (offset < total);
-    });
+    return shm_run(engine, c, shm_describe(c, r.total, r.total, root), [&]() { shm_reduce_chunks(engine, r, root); });
   }
-
- private:
-  ShmTopology topology_;
 };
 
 }  // namespace

@@ -8,7 +8,7 @@
 // because data-movement collectives never do arithmetic.
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
-#include "backend/validation.h"
+#include "core/support.h"
 
 namespace fastcomm {
 

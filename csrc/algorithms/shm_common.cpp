@@ -2,44 +2,23 @@
 
 namespace fastcomm {
 
-std::optional<kernels::ReduceKind> shm_reduce_kind(const c10d::ReduceOp& op, at::ScalarType dtype) {
-  using kernels::ReduceKind;
-  std::optional<ReduceKind> kind;
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      kind = ReduceKind::Sum;
-      break;
-    case c10d::ReduceOp::PRODUCT:
-      kind = ReduceKind::Product;
-      break;
-    case c10d::ReduceOp::MIN:
-      kind = ReduceKind::Min;
-      break;
-    case c10d::ReduceOp::MAX:
-      kind = ReduceKind::Max;
-      break;
-    case c10d::ReduceOp::BAND:
-      kind = ReduceKind::BitAnd;
-      break;
-    case c10d::ReduceOp::BOR:
-      kind = ReduceKind::BitOr;
-      break;
-    case c10d::ReduceOp::BXOR:
-      kind = ReduceKind::BitXor;
-      break;
-    default:
-      return std::nullopt;  // AVG was rewritten to SUM before; PREMUL_SUM is CUDA-only
-  }
-  if (!kernels::reduce_supported(dtype, *kind)) return std::nullopt;
-  return kind;
-}
-
 bool shm_eligible(const Collective& c) {
   if (c.device != c10::DeviceType::CPU || c.is_p2p()) return false;
   for (const auto& t : c.all_tensors()) {
     if (t.defined() && (t.layout() != c10::kStrided || !t.is_contiguous())) return false;
   }
   return true;
+}
+
+bool shm_reduces_one_tensor(const Collective& c) {
+  return shm_eligible(c) && c.inputs.size() == 1 &&
+         cpu_kernel_reduction(c.reduce_op, c.inputs[0].scalar_type()).has_value();
+}
+
+ShmReduction shm_reduction(const Collective& c) {
+  const at::Tensor& t = c.inputs[0];
+  return {byte_ptr(t), t.scalar_type(), *cpu_kernel_reduction(c.reduce_op, t.scalar_type()), t.nbytes(),
+          static_cast<size_t>(t.element_size())};
 }
 
 shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root) {
@@ -70,19 +49,6 @@ int ShmTopology::local_rank_of(int r) const {
   int local = 0;
   for (int q = 0; q < r; ++q) local += host_of_rank[q] == host_of_rank[r];
   return local;
-}
-
-void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int root) {
-  const bool is_root = engine.local_rank() == root;
-  size_t offset = 0;
-  do {  // at least one round, so even empty tensors are compared across ranks
-    const size_t len = std::min(engine.slot_bytes(), total - offset);
-    engine.start_use();
-    if (is_root) copy_bytes(engine.my_slot(), data + offset, len);
-    engine.round();
-    if (!is_root) copy_bytes(data + offset, engine.slot_of(root), len);
-    offset += len;
-  } while (offset < total);
 }
 
 }  // namespace fastcomm

@@ -1,5 +1,6 @@
 // What the shared-memory algorithms share: the engine of this group's host,
-// how a Collective becomes an OpDescriptor, and running to completion.
+// how a Collective becomes an OpDescriptor, and running to completion. The
+// chunked loops themselves are in shm_blocks.h.
 //
 // Execution contract (an exception to algorithm.h's "launch must not block"):
 // shm algorithms run inside launch(), on the calling thread, and return an
@@ -16,7 +17,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
-#include "kernels/cpu/reduce.h"
+#include "core/support.h"
 #include "transport/shm/engine.h"
 
 namespace fastcomm {
@@ -26,24 +27,53 @@ struct ShmTopology {
   std::shared_ptr<shm::Engine> engine;  // null: this rank has no local peers, or the engine is off
   int group_size = 1;
   int group_rank = 0;
-  // Host index (0..H-1, hosts ordered by their lowest rank) of every group
-  // rank; filled when the group spans hosts (hierarchical), else empty. A
-  // host's leader is its lowest rank, and its rank in the leaders' group is
-  // the host index.
+  // Config::host_of_rank: filled when the group runs hierarchical, else
+  // empty. A host's leader is its lowest rank, and its rank in the leaders'
+  // group is the host index.
   std::vector<int> host_of_rank;
   // True when every rank of the group is on one host and has the engine.
   bool single_host() const {
     return engine && engine->local_size() == group_size;
   }
+  // True when the group spans several hosts and every host set up its engine
+  // (or is a single rank): the hierarchical algorithms' topology.
+  bool hierarchical() const {
+    return group_size > 1 && static_cast<int>(host_of_rank.size()) == group_size && !single_host();
+  }
+  // This rank leads its host (its lowest rank; a rank alone on its host leads it).
+  bool leads_host() const {
+    return !engine || engine->local_rank() == 0;
+  }
   // The local rank of group rank `r` on its host (hierarchical only).
   int local_rank_of(int r) const;
 };
 
-// The reduction kernel for a c10d reduce op, if the kernels implement it for `dtype`.
-std::optional<kernels::ReduceKind> shm_reduce_kind(const c10d::ReduceOp& op, at::ScalarType dtype);
+// Base of the shared-memory algorithms: holds the group's topology.
+class ShmAlgorithm : public Algorithm {
+ public:
+  explicit ShmAlgorithm(ShmTopology topology) : topology_(std::move(topology)) {}
+
+ protected:
+  ShmTopology topology_;
+};
 
 // True for a CPU collective whose tensors are all contiguous (contiguous_staging ran before).
 bool shm_eligible(const Collective& c);
+
+// True for a shm-eligible collective with one tensor in `inputs` whose reduce
+// op the CPU kernels compute on its dtype (core/support.h): the gate of the
+// in-place reductions (all_reduce, reduce), besides their type and topology.
+bool shm_reduces_one_tensor(const Collective& c);
+
+// That one tensor, as the reduction building blocks take it.
+struct ShmReduction {
+  char* data;
+  c10::ScalarType dtype;
+  ReduceKind kind;
+  size_t total;    // bytes
+  size_t element;  // bytes per element
+};
+ShmReduction shm_reduction(const Collective& c);
 
 // The descriptor peers compare; `root` is a local rank or -1.
 shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root);
@@ -52,11 +82,6 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
 // completed with c.result_tensors(), or failed with what body threw.
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                  const std::function<void()>& body);
-
-// Inside an shm_run body: copies `total` bytes at `data` from local rank
-// `root` to every local rank, one slot-sized chunk per round (the root writes
-// its slot, the others copy it out).
-void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int root);
 
 // Splits `count` elements into `parts` near-equal contiguous slices; slice i is
 // [slice_begin(i), slice_begin(i + 1)).

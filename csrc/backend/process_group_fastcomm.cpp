@@ -4,7 +4,7 @@
 #include "algorithms/registry.h"
 #include "backend/validation.h"
 #include "backend/work.h"
-#include "common/errors.h"
+#include "core/errors.h"
 
 namespace fastcomm {
 
@@ -28,37 +28,29 @@ Collective make(OpType type, const char* name) {
 
 }  // namespace
 
-ProcessGroupFastcomm::ProcessGroupFastcomm(
-    c10::intrusive_ptr<c10d::Store> store,
-    int rank,
-    int size,
-    std::chrono::milliseconds timeout,
-    c10::intrusive_ptr<c10d::Backend> gloo,
-    c10::intrusive_ptr<c10d::Backend> nccl,
-    std::string cuda_unavailable_reason,
-    int64_t allreduce_allgather_max_bytes,
-    ShmSetup shm)
+ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::milliseconds timeout, Config config,
+                                           Transports transports)
     : c10d::Backend(rank, size),
-      store_(std::move(store)),
       timeout_ms_(timeout.count()),
-      gloo_(std::move(gloo)),
-      nccl_(std::move(nccl)),
-      cuda_unavailable_reason_(std::move(cuda_unavailable_reason)),
-      shm_(std::move(shm)) {
-  TORCH_CHECK(gloo_, "fastcomm: the CPU delegate (Gloo) is required");
-  // Adapters first (each rewrites into simpler collectives), transports last.
+      config_(std::move(config)),
+      transports_(std::move(transports)) {
+  TORCH_CHECK(transports_.gloo, "fastcomm: the CPU delegate (Gloo) is required");
+  TORCH_CHECK(config_.host_of_rank.empty() || static_cast<int>(config_.host_of_rank.size()) == size,
+              "fastcomm: the host plan names the host of ", config_.host_of_rank.size(), " ranks, the group has ", size);
+  // Each algorithm's accepts() holds its whole gate (topology included), so
+  // the order below only ranks algorithms that are all correct: adapters
+  // first (each rewrites into simpler collectives), then fastcomm's own
+  // transports, the delegates last. Only the algorithms this group's topology
+  // can run are registered, so algorithm_names() tells which paths it has.
   dispatcher_.add(make_contiguous_staging());
   dispatcher_.add(make_coalesced_via_flat_buffer(size));
   dispatcher_.add(make_alltoall_list_via_single());
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
-  TORCH_CHECK(!shm_.hierarchical || static_cast<int>(shm_.host_of_rank.size()) == size,
-              "fastcomm: a hierarchical group needs the host of each of its ", size, " ranks, got ",
-              shm_.host_of_rank.size());
-  const ShmTopology topology{shm_.engine, size, rank, shm_.host_of_rank};
+  const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank};
   if (topology.single_host()) {
-    dispatcher_.add(make_allreduce_shm_oneshot(topology, shm_.oneshot_max_bytes));
+    dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology));
     dispatcher_.add(make_broadcast_shm(topology));
     dispatcher_.add(make_reduce_shm(topology));
@@ -66,13 +58,14 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(
     dispatcher_.add(make_reduce_scatter_shm(topology));
     dispatcher_.add(make_alltoall_shm(topology));
     dispatcher_.add(make_barrier_shm(topology));
-  } else if (shm_.hierarchical) {
-    dispatcher_.add(make_allreduce_hierarchical(topology, shm_.leaders));
-    dispatcher_.add(make_broadcast_hierarchical(topology, shm_.leaders));
   }
-  dispatcher_.add(make_allreduce_via_allgather(size, allreduce_allgather_max_bytes));
-  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, gloo_));
-  if (nccl_) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, nccl_));
+  if (topology.hierarchical()) {
+    dispatcher_.add(make_allreduce_hierarchical(topology, transports_.leaders));
+    dispatcher_.add(make_broadcast_hierarchical(topology, transports_.leaders));
+  }
+  dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes));
+  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo));
+  if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl));
   init();
 }
 
@@ -84,7 +77,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
   c.device = device_of(c);
   FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
            "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
-  FC_CHECK(c.device != c10::DeviceType::CUDA || nccl_, c.name, "CUDA tensors need NCCL: ", cuda_unavailable_reason_);
+  FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
+           config_.cuda_unavailable_reason);
   validate(c, rank_, size_);
   c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout() : op_timeout;
   // P2P calls are counted apart (as NCCL does): ranks issue different numbers
@@ -261,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::barrier(const c10d::Barrier
 void ProcessGroupFastcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   c10d::BarrierOptions o = opts;
   if (o.timeout == c10d::kUnsetTimeout) o.timeout = timeout();
-  gloo_->monitoredBarrier(o, wait_all_ranks);
+  transports_.gloo->monitoredBarrier(o, wait_all_ranks);
 }
 
 void ProcessGroupFastcomm::setSequenceNumberForGroup() {
@@ -275,17 +269,17 @@ uint64_t ProcessGroupFastcomm::getSequenceNumberForGroup() {
 
 void ProcessGroupFastcomm::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ms_ = timeout.count();
-  gloo_->setTimeout(timeout);  // Gloo's own waits (its context timeout) follow too
+  transports_.gloo->setTimeout(timeout);  // Gloo's own waits (its context timeout) follow too
 }
 
 void ProcessGroupFastcomm::abort() {
-  gloo_->abort();
-  if (nccl_) nccl_->abort();
+  transports_.gloo->abort();
+  if (transports_.nccl) transports_.nccl->abort();
 }
 
 void ProcessGroupFastcomm::shutdown() {
-  gloo_->shutdown();
-  if (nccl_) nccl_->shutdown();
+  transports_.gloo->shutdown();
+  if (transports_.nccl) transports_.nccl->shutdown();
 }
 
 }  // namespace fastcomm

@@ -2,10 +2,9 @@
 //
 // Per call it validates the arguments (validation.h), describes the call as a
 // Collective, lets the Dispatcher pick an algorithm by device/op/dtype/layout,
-// and returns a FastcommWork. It owns the delegates it falls back to: an
-// internal Gloo backend for CPU tensors and, when torch has NCCL and a GPU, an
-// NCCL backend for CUDA tensors; both are made in Python (fastcomm/_backend.py)
-// over prefixes of this group's store and passed in.
+// and returns a FastcommWork. It owns its Transports: an internal Gloo backend
+// for CPU tensors and, when torch has NCCL and a GPU, an NCCL backend for CUDA
+// tensors, the host's shared-memory engine and the host leaders' Gloo group.
 //
 // Thread-safety: collectives must be issued in the same order on every rank,
 // as for any c10d backend; the counters are atomic.
@@ -16,36 +15,26 @@
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "algorithms/dispatcher.h"
-#include "backend/collective.h"
+#include "core/collective.h"
+#include "core/config.h"
 #include "transport/shm/engine.h"
 
 namespace fastcomm {
 
-// The shared-memory engine of this rank's host and how to use it; made by the
-// rendezvous in fastcomm/_shm.py. An empty ShmSetup means Gloo for everything.
-struct ShmSetup {
-  std::shared_ptr<shm::Engine> engine;         // null: no engine on this rank
-  bool hierarchical = false;                   // the group spans hosts, and every host is ready
-  c10::intrusive_ptr<c10d::Backend> leaders;   // Gloo among host leaders (leaders only, hierarchical only)
-  int64_t oneshot_max_bytes = 0;               // all_reduce one-shot / two-shot threshold
-  std::vector<int> host_of_rank;               // host index of every group rank (hierarchical only)
+// What the backend moves bytes with; made in Python (fastcomm/_backend.py,
+// fastcomm/_shm.py) over prefixes of the group's store and passed in.
+struct Transports {
+  c10::intrusive_ptr<c10d::Backend> gloo;     // CPU transport and fallback (required)
+  c10::intrusive_ptr<c10d::Backend> nccl;     // CUDA tensors; null when CUDA cannot run
+  std::shared_ptr<shm::Engine> engine;        // this rank's host segment; null: no engine
+  c10::intrusive_ptr<c10d::Backend> leaders;  // Gloo among host leaders (hierarchical groups, leaders only)
 };
 
 class ProcessGroupFastcomm final : public c10d::Backend {
  public:
-  ProcessGroupFastcomm(
-      c10::intrusive_ptr<c10d::Store> store,
-      int rank,
-      int size,
-      std::chrono::milliseconds timeout,
-      c10::intrusive_ptr<c10d::Backend> gloo,
-      c10::intrusive_ptr<c10d::Backend> nccl,
-      std::string cuda_unavailable_reason,
-      int64_t allreduce_allgather_max_bytes,
-      ShmSetup shm);
+  ProcessGroupFastcomm(int rank, int size, std::chrono::milliseconds timeout, Config config, Transports transports);
 
   const std::string getBackendName() const override {
     return "fastcomm";
@@ -108,7 +97,10 @@ class ProcessGroupFastcomm final : public c10d::Backend {
     return dispatcher_;
   }
   const std::shared_ptr<shm::Engine>& shm_engine() const {
-    return shm_.engine;
+    return transports_.engine;
+  }
+  const Config& config() const {
+    return config_;
   }
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load());
@@ -118,12 +110,9 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   // Validates `c`, stamps device and timeout, launches it, wraps it in a Work.
   c10::intrusive_ptr<c10d::Work> run(Collective c, std::chrono::milliseconds op_timeout);
 
-  c10::intrusive_ptr<c10d::Store> store_;  // this group's store: for rendezvous of engines of fastcomm's own
   std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
-  c10::intrusive_ptr<c10d::Backend> gloo_;
-  c10::intrusive_ptr<c10d::Backend> nccl_;
-  std::string cuda_unavailable_reason_;
-  ShmSetup shm_;
+  const Config config_;
+  const Transports transports_;
   Dispatcher dispatcher_;
   std::atomic<uint64_t> sequence_number_{0};      // collectives
   std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv

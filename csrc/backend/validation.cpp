@@ -1,6 +1,7 @@
 #include "backend/validation.h"
 
-#include "common/errors.h"
+#include "core/errors.h"
+#include "core/support.h"
 
 namespace fastcomm {
 
@@ -8,21 +9,6 @@ namespace {
 
 using c10d::OpType;
 using c10d::ReduceOp;
-
-const char* reduce_op_name(const ReduceOp& op) {
-  switch (op.op_) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::BAND: return "BAND";
-    case ReduceOp::BOR: return "BOR";
-    case ReduceOp::BXOR: return "BXOR";
-    case ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNUSED";
-  }
-}
 
 void check_count(const char* op, const char* what, size_t got, size_t expected) {
   FC_CHECK(got == expected, op, "expected ", expected, " ", what, ", got ", got);
@@ -199,64 +185,6 @@ void check_shapes(const Collective& c, int rank, int n) {
 }
 
 }  // namespace
-
-bool is_move_only_dtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kUInt16:
-    case at::kUInt32:
-    case at::kUInt64:
-    case at::kFloat8_e4m3fn:
-    case at::kFloat8_e5m2:
-    case at::kFloat8_e4m3fnuz:
-    case at::kFloat8_e5m2fnuz:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_reducible_dtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kHalf:
-    case at::kBFloat16:
-    case at::kChar:
-    case at::kShort:
-    case at::kInt:
-    case at::kLong:
-    case at::kByte:
-    case at::kBool:
-      return true;
-    default:
-      return false;
-  }
-}
-
-void check_reduce_op(const char* op_name, const ReduceOp& op, at::ScalarType dtype, c10::DeviceType device) {
-  const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
-  switch (op.op_) {
-    case ReduceOp::SUM:
-    case ReduceOp::PRODUCT:
-    case ReduceOp::MIN:
-    case ReduceOp::MAX:
-      return;
-    case ReduceOp::BAND:
-    case ReduceOp::BOR:
-    case ReduceOp::BXOR:
-      FC_CHECK(integral, op_name, "ReduceOp.", reduce_op_name(op), " needs an integer or bool dtype, got ", dtype);
-      return;
-    case ReduceOp::AVG:
-      FC_CHECK(dtype != at::kBool, op_name, "ReduceOp.AVG is undefined for bool tensors");
-      return;
-    case ReduceOp::PREMUL_SUM:
-      FC_CHECK(device == c10::DeviceType::CUDA, op_name,
-               "ReduceOp.PREMUL_SUM is supported for CUDA tensors only (it is NCCL's); use SUM and scale");
-      return;
-    default:
-      FC_CHECK(false, op_name, "unsupported ReduceOp ", reduce_op_name(op));
-  }
-}
 
 void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits,
                        const at::Tensor& t, int world_size) {

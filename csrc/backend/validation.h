@@ -5,23 +5,13 @@
 // here; the transport reports it.
 #pragma once
 
-#include "backend/collective.h"
+#include "core/collective.h"
 
 namespace fastcomm {
 
 // Throws c10::Error ("fastcomm <op>: ...") when `c` is malformed for a group of
 // `world_size` ranks in which this process is `rank`.
 void validate(const Collective& c, int rank, int world_size);
-
-// The dtypes fastcomm reduces (and moves) on every device.
-bool is_reducible_dtype(at::ScalarType dtype);
-// The dtypes fastcomm only moves (broadcast, gathers, scatter, all_to_all, p2p):
-// unsigned 16/32/64-bit and float8 types, carried bit-exactly as a same-size type.
-bool is_move_only_dtype(at::ScalarType dtype);
-
-// Throws when `op` is undefined for `dtype` (bitwise ops on floating types,
-// AVG on bool, PREMUL_SUM off CUDA, ...).
-void check_reduce_op(const char* op_name, const c10d::ReduceOp& op, at::ScalarType dtype, c10::DeviceType device);
 
 // Throws unless the all_to_all_single split sizes are valid for `t`: empty
 // (even split: dim 0 divisible by world_size) or world_size non-negative row

@@ -2,7 +2,7 @@
 
 #include <ATen/core/jit_type.h>
 
-#include "common/errors.h"
+#include "core/errors.h"
 
 namespace fastcomm {
 

@@ -2,11 +2,17 @@
 // backend from C++, without the GIL or torch's Python wrappers in the loop, so
 // benchmarks can report a backend's own per-call cost (what nccl-tests and MPI
 // benchmarks report). Any backend works, so fastcomm and Gloo are timed alike.
+//
+// The collective is named by c10d's own OpType spelling ("ALLREDUCE", ...);
+// fastcomm/bench/collectives.py's table says which name each benchmarked
+// collective uses (its `c10d_op`), so no second table of names lives here.
 #include <chrono>
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
+
+#include "core/names.h"
 
 namespace fastcomm {
 
@@ -14,20 +20,43 @@ namespace py = pybind11;
 
 namespace {
 
-c10::intrusive_ptr<c10d::Work> launch_once(c10d::Backend& backend, const std::string& op, at::Tensor& input,
-                                           at::Tensor& output) {
-  std::vector<at::Tensor> tensors{input};
-  if (op == "all_reduce") return backend.allreduce(tensors);
-  if (op == "broadcast") return backend.broadcast(tensors);  // root 0
-  if (op == "reduce") return backend.reduce(tensors);        // root 0
-  if (op == "all_gather") return backend._allgather_base(output, input);
-  if (op == "reduce_scatter") return backend._reduce_scatter_base(output, input);
-  if (op == "all_to_all") {
-    std::vector<int64_t> even;
-    return backend.alltoall_base(output, input, even, even);
+using c10d::OpType;
+
+// The OpTypes the loop can issue (one tensor in, one out; roots are rank 0).
+constexpr OpType kLoopable[] = {OpType::ALLREDUCE,       OpType::BROADCAST,            OpType::REDUCE,
+                                OpType::_ALLGATHER_BASE, OpType::_REDUCE_SCATTER_BASE, OpType::ALLTOALL_BASE,
+                                OpType::BARRIER};
+
+OpType parse_op(const std::string& name) {
+  std::string known;
+  for (OpType type : kLoopable) {
+    const std::string spelled = op_type_name(static_cast<int>(type));
+    if (spelled == name) return type;
+    known += (known.empty() ? "" : ", ") + spelled;
   }
-  if (op == "barrier") return backend.barrier();
-  TORCH_CHECK(false, "fastcomm bench_loop: unknown op '", op, "'");
+  TORCH_CHECK(false, "fastcomm bench_loop: cannot loop op '", name, "' (loopable: ", known, ")");
+}
+
+c10::intrusive_ptr<c10d::Work> launch_once(c10d::Backend& backend, OpType op, at::Tensor& input, at::Tensor& output) {
+  std::vector<at::Tensor> tensors{input};
+  switch (op) {
+    case OpType::ALLREDUCE:
+      return backend.allreduce(tensors);
+    case OpType::BROADCAST:
+      return backend.broadcast(tensors);
+    case OpType::REDUCE:
+      return backend.reduce(tensors);
+    case OpType::_ALLGATHER_BASE:
+      return backend._allgather_base(output, input);
+    case OpType::_REDUCE_SCATTER_BASE:
+      return backend._reduce_scatter_base(output, input);
+    case OpType::ALLTOALL_BASE: {
+      std::vector<int64_t> even;
+      return backend.alltoall_base(output, input, even, even);
+    }
+    default:
+      return backend.barrier();
+  }
 }
 
 }  // namespace
@@ -35,17 +64,18 @@ c10::intrusive_ptr<c10d::Work> launch_once(c10d::Backend& backend, const std::st
 void bind_bench_loop(py::module& m) {
   m.def(
       "bench_loop",
-      [](const c10::intrusive_ptr<c10d::Backend>& backend, const std::string& op, at::Tensor input, at::Tensor output,
-         int64_t iters) {
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, const std::string& c10d_op, at::Tensor input,
+         at::Tensor output, int64_t iters) {
         TORCH_CHECK(iters >= 1, "fastcomm bench_loop: iters must be >= 1, got ", iters);
+        const OpType op = parse_op(c10d_op);
         py::gil_scoped_release no_gil;
         const auto start = std::chrono::steady_clock::now();
         for (int64_t i = 0; i < iters; ++i) launch_once(*backend, op, input, output)->wait();
         const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
         return elapsed.count() / static_cast<double>(iters);
       },
-      py::arg("backend"), py::arg("op"), py::arg("input"), py::arg("output"), py::arg("iters"),
-      "Seconds per call of `op` on `backend`, looping in C++ (benchmarks only).");
+      py::arg("backend"), py::arg("c10d_op"), py::arg("input"), py::arg("output"), py::arg("iters"),
+      "Seconds per call of the collective c10d calls `c10d_op` (e.g. 'ALLREDUCE') on `backend`, looping in C++.");
 }
 
 }  // namespace fastcomm

@@ -6,8 +6,10 @@
 #include <torch/extension.h>
 
 #include "algorithms/flat_buffer.h"
-#include "backend/device_registry.h"
 #include "backend/process_group_fastcomm.h"
+#include "core/config.h"
+#include "core/device_registry.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 #include "transport/shm/engine.h"
 
@@ -59,26 +61,34 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The c10d Backend and Store Python types must be registered before ours derive from them.
   py::module_::import("torch.distributed");
 
+  using fastcomm::Config;
+  py::class_<Config>(m, "Config",
+                     "One process group's configuration (core/config.h), built by fastcomm/_backend.py from "
+                     "fastcomm._options.Options and the host plan.")
+      .def(py::init<>())
+      .def_readwrite("gloo_threads", &Config::gloo_threads)
+      .def_readwrite("allreduce_allgather_max_bytes", &Config::allreduce_allgather_max_bytes)
+      .def_readwrite("shm", &Config::shm)
+      .def_readwrite("shm_slot_bytes", &Config::shm_slot_bytes)
+      .def_readwrite("shm_oneshot_max_bytes", &Config::shm_oneshot_max_bytes)
+      .def_readwrite("ranks_per_host", &Config::ranks_per_host)
+      .def_readwrite("host_of_rank", &Config::host_of_rank)
+      .def_readwrite("cuda_unavailable_reason", &Config::cuda_unavailable_reason);
+
   using fastcomm::ProcessGroupFastcomm;
   py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
                                                                                           "ProcessGroupFastcomm")
-      .def(py::init([](c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+      .def(py::init([](int rank, int size, std::chrono::milliseconds timeout, Config config,
                        c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> nccl,
-                       std::string cuda_unavailable_reason, int64_t allreduce_allgather_max_bytes,
-                       std::shared_ptr<fastcomm::shm::Engine> shm_engine, bool shm_hierarchical,
-                       c10::intrusive_ptr<c10d::Backend> shm_leaders, int64_t shm_oneshot_max_bytes,
-                       std::vector<int> shm_host_of_rank) {
-             fastcomm::ShmSetup shm{std::move(shm_engine), shm_hierarchical, std::move(shm_leaders),
-                                    shm_oneshot_max_bytes, std::move(shm_host_of_rank)};
+                       std::shared_ptr<fastcomm::shm::Engine> engine, c10::intrusive_ptr<c10d::Backend> leaders) {
+             fastcomm::Transports transports{std::move(gloo), std::move(nccl), std::move(engine), std::move(leaders)};
              return NoGilDestructorHolder<ProcessGroupFastcomm>(c10::make_intrusive<ProcessGroupFastcomm>(
-                 std::move(store), rank, size, timeout, std::move(gloo), std::move(nccl),
-                 std::move(cuda_unavailable_reason), allreduce_allgather_max_bytes, std::move(shm)));
+                 rank, size, timeout, std::move(config), std::move(transports)));
            }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("gloo"), py::arg("nccl"),
-           py::arg("cuda_unavailable_reason"), py::arg("allreduce_allgather_max_bytes"), py::arg("shm_engine"),
-           py::arg("shm_hierarchical"), py::arg("shm_leaders"), py::arg("shm_oneshot_max_bytes"),
-           py::arg("shm_host_of_rank") = std::vector<int>(),
+           py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"), py::arg("gloo"),
+           py::arg("nccl") = py::none(), py::arg("engine") = py::none(), py::arg("leaders") = py::none(),
            py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("config", &ProcessGroupFastcomm::config, "The configuration this group was made with.")
       .def_property_readonly("shm_engine", &ProcessGroupFastcomm::shm_engine,
                              "This rank's shared-memory engine (None when the group does not use one).")
       .def("algorithm_names", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().names(); },
@@ -117,18 +127,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("rounds", &Engine::rounds);
   m.def("shm_unlink", &Segment::unlink, py::arg("name"), "Removes a segment's name from /dev/shm (idempotent).");
 
-  using fastcomm::kernels::ReduceIsa;
-  py::enum_<ReduceIsa>(m, "ReduceIsa")
-      .value("baseline", ReduceIsa::Baseline)
-      .value("avx2", ReduceIsa::Avx2)
-      .value("avx512", ReduceIsa::Avx512);
-  m.def("reduce_isa", []() { return fastcomm::kernels::best_reduce_isa(); },
-        "The instruction set fastcomm's CPU reductions use on this machine.");
-  m.def("reduce_isa_available", &fastcomm::kernels::reduce_isa_available, py::arg("isa"));
+  using fastcomm::kernels::Isa;
+  py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")
+      .value("baseline", Isa::Baseline)
+      .value("avx2", Isa::Avx2)
+      .value("avx512", Isa::Avx512);
+  m.def("isa_supported", &fastcomm::kernels::isa_supported, py::arg("isa"), "This CPU can run `isa`'s kernels.");
+  m.def("best_isa", &fastcomm::kernels::best_isa, "The best instruction-set level this CPU supports.");
+  m.def("active_isa", &fastcomm::kernels::active_isa, "The level every CPU kernel family uses now.");
+  m.def("set_isa_cap", &fastcomm::kernels::set_isa_cap, py::arg("cap"),
+        "Caps the level of every CPU kernel family (tests: run the baseline code on any CPU); avx512 = no cap.");
   m.def(
       "reduce_buffers",
-      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& op, ReduceIsa isa) {
-        using fastcomm::kernels::ReduceKind;
+      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& op) {
+        using fastcomm::ReduceKind;
         static const std::map<std::string, ReduceKind> kinds{
             {"sum", ReduceKind::Sum},     {"product", ReduceKind::Product}, {"min", ReduceKind::Min},
             {"max", ReduceKind::Max},     {"band", ReduceKind::BitAnd},     {"bor", ReduceKind::BitOr},
@@ -144,11 +156,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pointers.push_back(t.data_ptr());
         }
         TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "fastcomm reduce_buffers: out must be contiguous CPU");
-        fastcomm::kernels::reduce_with(isa, out.scalar_type(), kind->second, pointers.data(),
-                                       static_cast<int>(pointers.size()), out.data_ptr(), out.numel());
+        fastcomm::kernels::reduce(out.scalar_type(), kind->second, pointers.data(), static_cast<int>(pointers.size()),
+                                  out.data_ptr(), out.numel());
       },
-      py::arg("sources"), py::arg("out"), py::arg("op"), py::arg("isa"),
-      "out = sources[0] op sources[1] op ... in that order, with the kernels of `isa` (for tests).");
+      py::arg("sources"), py::arg("out"), py::arg("op"),
+      "out = sources[0] op sources[1] op ... in that order, with the CPU reduction kernels at the active level (tests).");
 
   fastcomm::bind_bench_loop(m);
   m.def("cuda_kernels_compiled", &fastcomm::cuda_kernels_compiled,

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "common/errors.h"
+#include "core/errors.h"
 
 namespace fastcomm {
 namespace compress {

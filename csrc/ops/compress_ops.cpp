@@ -8,14 +8,14 @@
 //   powersgd (CPU, float32, per large matrix): powersgd_project -> all_reduce ->
 //              powersgd_back -> all_reduce -> powersgd_approximate
 // Payload formats: kernels/compress_format.h. The CUDA implementations register
-// themselves from csrc/kernels/cuda/compress.cu. Python references of every
+// themselves from csrc/ops/compress_ops_cuda.cu. Python references of every
 // operator: fastcomm/hooks/reference.py.
 #include <torch/library.h>
 
 #include <limits>
 #include <vector>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "kernels/compress_format.h"
 #include "kernels/cpu/compress_cpu.h"
 #include "ops/compress_ops.h"

@@ -1,7 +1,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "ops/syncbn_ops.h"
 
 namespace fastcomm {

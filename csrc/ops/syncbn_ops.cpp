@@ -4,12 +4,12 @@
 //   forward:  local_stats -> allreduce(packed) -> finalize_stats -> normalize
 //   backward: grad_sums -> allreduce(sums) -> grad_input
 // Packed buffers are described in kernels/syncbn_math.h. The CUDA
-// implementations register themselves from csrc/kernels/cuda/syncbn.cu.
+// implementations register themselves from csrc/ops/syncbn_ops_cuda.cu.
 #include <torch/library.h>
 
 #include <vector>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "kernels/cpu/syncbn_cpu.h"
 #include "ops/syncbn_ops.h"
 

@@ -15,7 +15,6 @@ import datetime
 import os
 import socket
 import sys
-import tempfile
 
 from fastcomm.bench.collectives import COLLECTIVES, DTYPES, OPS
 
@@ -213,7 +212,7 @@ def _title(opts: Options, rank_lines: list[str]) -> list[str]:
     ]
 
 
-def run_rank(rank: int, opts: Options, store_path: str | None) -> int:
+def run_rank(rank: int, opts: Options, store=None) -> int:
     """One rank's whole run; returns the exit status (rank 0 prints and writes files)."""
     import torch
     import torch.distributed as dist
@@ -227,10 +226,9 @@ def run_rank(rank: int, opts: Options, store_path: str | None) -> int:
     if opts.device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     timeout = datetime.timedelta(minutes=5)
-    if store_path is None:
+    if store is None:
         dist.init_process_group(opts.backend, timeout=timeout)  # env:// from torchrun
     else:
-        store = dist.FileStore(store_path, opts.nproc)
         dist.init_process_group(opts.backend, store=store, rank=rank, world_size=opts.nproc, timeout=timeout)
     rank = dist.get_rank()
     control = dist.new_group(backend="gloo")
@@ -263,11 +261,8 @@ def run_rank(rank: int, opts: Options, store_path: str | None) -> int:
     return status
 
 
-def _spawned(rank: int, opts: Options, store_path: str, status_path: str) -> None:
-    status = run_rank(rank, opts, store_path)
-    if rank == 0:
-        with open(status_path, "w") as f:
-            f.write(str(status))
+def _spawned_rank(rank: int, nproc: int, store, opts: Options) -> int:
+    return run_rank(rank, opts, store)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,14 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastcomm-bench: error: {e}", file=sys.stderr)
         return 2
     if opts.under_torchrun:
-        return run_rank(int(os.environ["RANK"]), opts, None)
-    import torch.multiprocessing as mp
+        return run_rank(int(os.environ["RANK"]), opts)
+    from fastcomm.bench.harness import spawn_ranks
 
-    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
-        status_path = os.path.join(tmp, "status")
-        mp.spawn(_spawned, args=(opts, os.path.join(tmp, "store"), status_path), nprocs=opts.nproc)
-        with open(status_path) as f:
-            return int(f.read())
+    return spawn_ranks(_spawned_rank, opts.nproc, opts)
 
 
 if __name__ == "__main__":

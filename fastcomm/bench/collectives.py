@@ -1,6 +1,8 @@
 """One small spec per collective (the nccl-tests idea): how its buffers are
 sized and filled, how it runs out of place and in place, its bus-bandwidth
-factor, and the exact result to check against.
+factor, and the exact result to check against. This is the one table of
+collectives: fastcomm-bench, the side-by-side benchmarks under benchmarks/ and
+the C++ timing loop (_C.bench_loop, through each spec's `c10d_op`) all use it.
 
 Inputs are small integers chosen per (rank, element) so the exact result is
 known in every dtype and any reduction order: sums stay below 5 * nranks,
@@ -84,10 +86,14 @@ class Buffers:
     refill: Callable[[], None]
     wrong: Callable[[], int]
     result: torch.Tensor
+    # The input and output tensors of the call, for the backend-object and C++
+    # timing paths (CollectiveSpec.backend_call, _C.bench_loop).
+    send: torch.Tensor
+    recv: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
-class Collective:
+class CollectiveSpec:
     name: str
     reduces: bool  # takes -o
     rooted: bool  # takes -r
@@ -101,6 +107,15 @@ class Collective:
     prepare: Callable[..., Buffers]
     # buffers are split per rank, so the count is rounded down to a multiple of nranks
     split: bool = False
+    # c10d's name of the call the backend sees ("ALLREDUCE", ...), for _C.bench_loop;
+    # None: not timed through the backend object or C++ (lists, p2p).
+    c10d_op: str | None = None
+
+    def backend_call(self, backend, buffers: Buffers, op: str, root: int):
+        """Issues the call on a c10d backend object directly (no torch wrapper); returns its Work."""
+        if self.c10d_op is None:
+            raise ValueError(f"{self.name} is not timed through the backend object")
+        return _BACKEND_CALLS[self.c10d_op](backend, buffers, op, root)
 
     def count_for(self, nbytes: int, element_size: int, nranks: int) -> int:
         count = nbytes // element_size
@@ -120,6 +135,8 @@ def _all_reduce(count, dtype, rank, n, op, root, in_place, device):
         refill=lambda: buf.copy_(original),
         wrong=lambda: count_wrong(buf, expected, op),
         result=buf,
+        send=buf,
+        recv=buf,
     )
 
 
@@ -132,6 +149,8 @@ def _broadcast(count, dtype, rank, n, op, root, in_place, device):
         refill=lambda: buf.copy_(original),
         wrong=lambda: count_wrong(buf, expected, "sum"),
         result=buf,
+        send=buf,
+        recv=buf,
     )
 
 
@@ -144,6 +163,8 @@ def _reduce(count, dtype, rank, n, op, root, in_place, device):
         refill=lambda: buf.copy_(original),
         wrong=lambda: count_wrong(buf, expected, op) if rank == root else 0,  # only the root's result is defined
         result=buf,
+        send=buf,
+        recv=buf,
     )
 
 
@@ -163,6 +184,8 @@ def _all_gather(count, dtype, rank, n, op, root, in_place, device):
         refill=refill,
         wrong=lambda: count_wrong(out, expected, "sum"),
         result=out,
+        send=send,
+        recv=out,
     )
 
 
@@ -178,6 +201,8 @@ def _reduce_scatter(count, dtype, rank, n, op, root, in_place, device):
         refill=lambda: send.copy_(original),
         wrong=lambda: count_wrong(recv, expected, op),
         result=recv,
+        send=send,
+        recv=recv,
     )
 
 
@@ -195,6 +220,8 @@ def _all_to_all(count, dtype, rank, n, op, root, in_place, device):
         refill=recv.zero_,
         wrong=lambda: count_wrong(recv, expected, "sum"),
         result=recv,
+        send=send,
+        recv=recv,
     )
 
 
@@ -209,6 +236,8 @@ def _gather(count, dtype, rank, n, op, root, in_place, device):
         refill=out.zero_,
         wrong=lambda: count_wrong(out, expected, "sum") if rank == root else 0,
         result=out,
+        send=send,
+        recv=out,
     )
 
 
@@ -223,6 +252,8 @@ def _scatter(count, dtype, rank, n, op, root, in_place, device):
         refill=recv.zero_,
         wrong=lambda: count_wrong(recv, expected, "sum"),
         result=recv,
+        send=full,
+        recv=recv,
     )
 
 
@@ -245,20 +276,45 @@ def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
             w.wait()
         return []
 
-    return Buffers(run=run, refill=recv.zero_, wrong=lambda: count_wrong(recv, expected, "sum"), result=recv)
+    return Buffers(run=run, refill=recv.zero_, wrong=lambda: count_wrong(recv, expected, "sum"), result=recv,
+                   send=send, recv=recv)
 
+
+def _options(kind, op: str | None = None, root: int | None = None):
+    options = kind()
+    if op is not None:
+        options.reduceOp = OPS[op]
+    if root is not None:
+        options.rootRank = root
+    return options
+
+
+# c10d_op -> the call on a backend object (what _C.bench_loop issues in C++).
+_BACKEND_CALLS = {
+    "ALLREDUCE": lambda b, buf, op, root: b.allreduce([buf.send], _options(dist.AllreduceOptions, op)),
+    "BROADCAST": lambda b, buf, op, root: b.broadcast([buf.send], _options(dist.BroadcastOptions, root=root)),
+    "REDUCE": lambda b, buf, op, root: b.reduce([buf.send], _options(dist.ReduceOptions, op, root)),
+    "_ALLGATHER_BASE": lambda b, buf, op, root: b._allgather_base(buf.recv, buf.send),
+    "_REDUCE_SCATTER_BASE": lambda b, buf, op, root: b._reduce_scatter_base(
+        buf.recv, buf.send, _options(dist.ReduceScatterOptions, op)),
+    "ALLTOALL_BASE": lambda b, buf, op, root: b.alltoall_base(buf.recv, buf.send, [], []),
+}
 
 COLLECTIVES = {
     c.name: c
     for c in [
-        Collective("all_reduce", True, False, False, True, lambda n: 2 * (n - 1) / n, _all_reduce),
-        Collective("all_gather", False, False, True, True, lambda n: (n - 1) / n, _all_gather, split=True),
-        Collective("reduce_scatter", True, False, True, True, lambda n: (n - 1) / n, _reduce_scatter, split=True),
-        Collective("broadcast", False, True, False, True, lambda n: 1.0, _broadcast),
-        Collective("reduce", True, True, False, True, lambda n: 1.0, _reduce),
-        Collective("all_to_all", False, False, True, False, lambda n: (n - 1) / n, _all_to_all, split=True),
-        Collective("sendrecv", False, False, True, False, lambda n: 1.0, _sendrecv),
-        Collective("gather", False, True, True, False, lambda n: (n - 1) / n, _gather, split=True),
-        Collective("scatter", False, True, True, False, lambda n: (n - 1) / n, _scatter, split=True),
+        CollectiveSpec("all_reduce", True, False, False, True, lambda n: 2 * (n - 1) / n, _all_reduce,
+                       c10d_op="ALLREDUCE"),
+        CollectiveSpec("all_gather", False, False, True, True, lambda n: (n - 1) / n, _all_gather, split=True,
+                       c10d_op="_ALLGATHER_BASE"),
+        CollectiveSpec("reduce_scatter", True, False, True, True, lambda n: (n - 1) / n, _reduce_scatter, split=True,
+                       c10d_op="_REDUCE_SCATTER_BASE"),
+        CollectiveSpec("broadcast", False, True, False, True, lambda n: 1.0, _broadcast, c10d_op="BROADCAST"),
+        CollectiveSpec("reduce", True, True, False, True, lambda n: 1.0, _reduce, c10d_op="REDUCE"),
+        CollectiveSpec("all_to_all", False, False, True, False, lambda n: (n - 1) / n, _all_to_all, split=True,
+                       c10d_op="ALLTOALL_BASE"),
+        CollectiveSpec("sendrecv", False, False, True, False, lambda n: 1.0, _sendrecv),
+        CollectiveSpec("gather", False, True, True, False, lambda n: (n - 1) / n, _gather, split=True),
+        CollectiveSpec("scatter", False, True, True, False, lambda n: (n - 1) / n, _scatter, split=True),
     ]
 }

@@ -1,5 +1,12 @@
-"""The sweep: for each size, dtype and op, time the collective out of place and
-in place, check its results, and agree on the numbers across ranks.
+"""The benchmark harness, shared by fastcomm-bench and benchmarks/:
+
+- spawn_ranks(): run a function on N local ranks over a FileStore, collect rank 0's result;
+- alternating_rounds(): time several implementations side by side, in
+  alternating rounds so machine noise hits all alike; median per
+  implementation, slowest rank;
+- sweep(): fastcomm-bench's nccl-tests loop: for each size, dtype and op, time
+  the collective out of place and in place, check its results, and agree on
+  the numbers across ranks.
 
 Control traffic (combining times and #wrong counts) goes over a separate Gloo
 group so a broken backend under test cannot corrupt its own verdict.
@@ -7,13 +14,108 @@ group so a broken backend under test cannot corrupt its own verdict.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import statistics
 import sys
+import tempfile
 import time
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from fastcomm.bench.collectives import COLLECTIVES, DTYPES, Collective
+from fastcomm.bench.collectives import COLLECTIVES, DTYPES, CollectiveSpec
+
+
+def _spawned(rank: int, fn: Callable, nproc: int, args: tuple, store_path: str, result_path: str) -> None:
+    import torch.distributed as dist
+
+    result = fn(rank, nproc, dist.FileStore(store_path, nproc), *args)
+    if rank == 0:
+        with open(result_path, "wb") as f:
+            pickle.dump(result, f)
+
+
+def spawn_ranks(fn: Callable[..., Any], nproc: int, *args) -> Any:
+    """Runs fn(rank, nproc, store, *args) on `nproc` new local processes (store:
+    a FileStore they share, for init_process_group) and returns rank 0's
+    return value. A rank's exception fails the whole call."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="fastcomm-bench-") as tmp:
+        result_path = os.path.join(tmp, "result")
+        mp.spawn(_spawned, args=(fn, nproc, args, os.path.join(tmp, "store"), result_path), nprocs=nproc)
+        with open(result_path, "rb") as f:
+            return pickle.load(f)
+
+
+def add_round_arguments(parser, *, seconds: float, max_iters: int, warmup: int, rounds: int = 5) -> None:
+    """The flags every side-by-side benchmark takes (see alternating_rounds)."""
+    parser.add_argument("--nproc", type=int, default=2, help="local ranks")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed calls before timing (more up to ~20 ms)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="alternating rounds per case")
+    parser.add_argument("--seconds", type=float, default=seconds, help="target time per case and implementation")
+    parser.add_argument("--max-iters", type=int, default=max_iters, help="calls per round at most")
+
+
+def measured(rank: int, what: str) -> None:
+    """Progress on stderr (rank 0 only): benchmarks can run for minutes."""
+    if rank == 0:
+        print(f"  measured {what}", file=sys.stderr, flush=True)
+
+
+def timed(fn: Callable[[], Any], iters: int) -> float:
+    """Seconds per call of `fn`, over `iters` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+# A timer: timer(iters) -> seconds per call over `iters` calls.
+Timer = Callable[[int], float]
+
+
+def timer_of(fn: Callable[[], Any]) -> Timer:
+    return lambda iters: timed(fn, iters)
+
+
+def _slowest(values: list[float], control: dist.ProcessGroup) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
+    return t.tolist()
+
+
+def alternating_rounds(timers: dict[str, Timer], control: dist.ProcessGroup, *, rounds: int = 5,
+                       seconds: float = 1.0, max_iters: int = 100000, warmup_calls: int = 3,
+                       warmup_seconds: float = 0.02, align: Callable[[], None] | None = None) -> dict[str, float]:
+    """Times each implementation in `timers` side by side, and returns its median
+    seconds per call on the slowest rank.
+
+    Each implementation first warms up: `warmup_calls` calls, then more up to
+    about `warmup_seconds` (the same count on every rank: the first size
+    otherwise pays for cold caches and page faults). Then it gets its own
+    iteration count, enough for about seconds / rounds per round at its own
+    speed (agreed across ranks), and `rounds` rounds run, alternating between
+    the implementations. Every sample starts after a barrier on `control` and
+    `align()` (e.g. the group under test's own barrier, which releases ranks
+    closer together than Gloo's)."""
+    labels = list(timers)
+    extra = _slowest([warmup_seconds / max(timers[k](warmup_calls), 1e-9) for k in labels], control)
+    for label, n in zip(labels, extra):
+        timers[label](int(min(n, 10000)) + 1)
+    probes = _slowest([timers[k](3) for k in labels], control)
+    iters = {k: int(min(max_iters, max(3, seconds / rounds / max(p, 1e-7)))) for k, p in zip(labels, probes)}
+    samples: dict[str, list[float]] = {k: [] for k in labels}
+    for _ in range(rounds):
+        for label in labels:
+            dist.barrier(group=control)
+            if align is not None:
+                align()
+            samples[label].append(timers[label](iters[label]))
+    medians = _slowest([statistics.median(samples[k]) for k in labels], control)
+    return dict(zip(labels, medians))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +200,7 @@ def _check(buffers, group, cfg: SweepConfig, control) -> int:
     return int(t.item())
 
 
-def measure(spec: Collective, count: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
+def measure(spec: CollectiveSpec, count: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
             prepare=None) -> Measurement:
     """Times and checks one placement of `count` elements. `prepare` overrides spec.prepare
     (tests inject faults through it)."""

@@ -17,14 +17,14 @@ ops = torch.ops.fastcomm
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dst_dtype", DTYPES)
 @pytest.mark.parametrize("limit", [float("inf"), 100.0])
-def test_multi_tensor_pack_unpack(dtype, dst_dtype, limit):
+def test_multi_tensor_pack_unpack(isa, dtype, dst_dtype, limit):
     check_pack_unpack("cpu", dtype, dst_dtype, limit)
 
 
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_error", [False, True])
-def test_int8(n, dtype, with_error):
+def test_int8(isa, n, dtype, with_error):
     check_int8("cpu", n, dtype, 64, with_error)
 
 
@@ -48,7 +48,7 @@ def test_int8_zero_and_nonfinite_blocks():
     assert out[8:].isnan().all()
 
 
-def test_int8_stochastic_rounding():
+def test_int8_stochastic_rounding(isa):
     """Each value rounds to one of its two neighbours, the same for the same seed,
     differently for another, and unbiased: the mean of many draws is the value."""
     x = torch.tensor([127.0] + [0.3, -2.5, 10.75, -0.01] * 64)
@@ -90,7 +90,7 @@ def test_topk_sum_rejects_bad_index():
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_error", [False, True])
-def test_sign(n, dtype, with_error):
+def test_sign(isa, n, dtype, with_error):
     check_sign("cpu", n, dtype, with_error)
 
 
@@ -177,7 +177,7 @@ def test_payload_sizes():
 
 
 @pytest.mark.parametrize("rows, cols, r", [(1, 1, 1), (7, 13, 3), (64, 33, 4), (300, 1000, 2), (5, 70001, 1)])
-def test_powersgd_products(rows, cols, r):
+def test_powersgd_products(isa, rows, cols, r):
     """Against float64 products, within float32's forward error bound for a sum:
     |error| <= n * 2^-24 * sum |terms| (n terms; the kernels sum in lanes)."""
 

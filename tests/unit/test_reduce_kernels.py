@@ -1,12 +1,12 @@
 """fastcomm's CPU reduction kernels (csrc/kernels/cpu/reduce.cpp) against a
 sequential torch reference, bitwise, for every instruction set this CPU runs
-(the baseline one always, so CI covers the scalar code on any machine)."""
+(the baseline one always, so CI covers the scalar code on any machine: the
+`isa` fixture in conftest.py caps the kernels' level)."""
 import pytest
 import torch
 
 from fastcomm import _C
 
-ISAS = [isa for isa in (_C.ReduceIsa.baseline, _C.ReduceIsa.avx2, _C.ReduceIsa.avx512) if _C.reduce_isa_available(isa)]
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTEGERS = [torch.int8, torch.uint8, torch.int32, torch.int64]
 # Awkward lengths: empty, one, around every vector width and unroll factor.
@@ -51,7 +51,6 @@ def _assert_bitwise(actual, expected):
     assert torch.equal(_bits(actual.contiguous()), _bits(expected.contiguous())), (actual, expected)
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=lambda isa: isa.name)
 @pytest.mark.parametrize("dtype", FLOATS + INTEGERS, ids=str)
 @pytest.mark.parametrize("op", list(_TORCH_OP))
 def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
@@ -62,27 +61,25 @@ def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
         for count in COUNTS:
             sources = _sources(dtype, n, count, op, generator)
             out = torch.empty(count, dtype=dtype)
-            _C.reduce_buffers(sources, out, op, isa)
+            _C.reduce_buffers(sources, out, op)
             _assert_bitwise(out, _reference(sources, op))
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=lambda isa: isa.name)
 def test_output_may_alias_a_source(isa):
     a = torch.arange(1025, dtype=torch.float32)
     b = torch.full((1025,), 0.5)
     expected = a + b + a
-    _C.reduce_buffers([a, b, a.clone()], a, "sum", isa)
+    _C.reduce_buffers([a, b, a.clone()], a, "sum")
     assert torch.equal(a, expected)
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=lambda isa: isa.name)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_min_max_propagate_nan_and_sums_round_once(isa, dtype):
     nan = torch.tensor([float("nan"), 1.0, 2.0] * 11, dtype=dtype)
     one = torch.ones(33, dtype=dtype)
     for op in ("min", "max"):
         out = torch.empty(33, dtype=dtype)
-        _C.reduce_buffers([one, nan], out, op, isa)
+        _C.reduce_buffers([one, nan], out, op)
         # NaN payloads may differ from torch's (every rank runs the same kernel,
         # so ranks still agree bitwise); values and NaN positions must match.
         assert torch.allclose(out, _reference([one, nan], op), rtol=0, atol=0, equal_nan=True)
@@ -93,17 +90,18 @@ def test_min_max_propagate_nan_and_sums_round_once(isa, dtype):
         tiny = torch.full((40,), 2.0 ** -9, dtype=dtype)
         sources = [torch.ones(40, dtype=dtype)] + [tiny] * 4
         out = torch.empty(40, dtype=dtype)
-        _C.reduce_buffers(sources, out, "sum", isa)
+        _C.reduce_buffers(sources, out, "sum")
         assert torch.equal(out.float(), torch.full((40,), 1.0 + 4 * 2.0 ** -9).to(dtype).float())
         assert out[0].item() > 1.0
 
 
-def test_best_isa_is_available_and_bad_calls_raise():
-    assert _C.reduce_isa_available(_C.reduce_isa())
-    assert _C.reduce_isa_available(_C.ReduceIsa.baseline)
+def test_isa_levels_and_bad_calls_raise():
+    assert _C.isa_supported(_C.best_isa())
+    assert _C.isa_supported(_C.Isa.baseline)
+    assert _C.active_isa() == _C.best_isa()  # no cap outside the isa fixture
     with pytest.raises(RuntimeError, match="unknown op 'avg'"):
-        _C.reduce_buffers([torch.ones(2)], torch.ones(2), "avg", _C.ReduceIsa.baseline)
+        _C.reduce_buffers([torch.ones(2)], torch.ones(2), "avg")
     with pytest.raises(RuntimeError, match="fastcomm reduce: dtype Float with op"):
-        _C.reduce_buffers([torch.ones(2)], torch.ones(2), "band", _C.ReduceIsa.baseline)
+        _C.reduce_buffers([torch.ones(2)], torch.ones(2), "band")
     with pytest.raises(RuntimeError, match="shaped and typed like out"):
-        _C.reduce_buffers([torch.ones(3)], torch.ones(2), "sum", _C.ReduceIsa.baseline)
+        _C.reduce_buffers([torch.ones(3)], torch.ones(2), "sum")

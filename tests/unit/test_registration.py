@@ -67,6 +67,25 @@ def test_shared_memory_options(monkeypatch):
         monkeypatch.delenv(name)
 
 
+def test_config_carries_every_option_and_the_host_plan():
+    """One typed Config for C++: every Options field is copied by name (a field
+    C++ lacked would raise here), plus the host plan and the CUDA verdict."""
+    import dataclasses
+
+    from fastcomm._backend import make_config
+    from fastcomm._shm import ShmPlan
+
+    options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
+                      shm_oneshot_max_bytes=7, ranks_per_host=2)
+    assert options != Options()  # every field differs from its default, so a dropped copy shows
+    assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
+    config = make_config(options, ShmPlan(host_of_rank=[0, 0, 1]), "no CUDA device is visible")
+    for field in dataclasses.fields(Options):
+        assert getattr(config, field.name) == getattr(options, field.name), field.name
+    assert config.host_of_rank == [0, 0, 1]
+    assert config.cuda_unavailable_reason == "no CUDA device is visible"
+
+
 def test_single_rank_group_with_explicit_store():
     """world_size 1 with an explicit store: every collective is the identity."""
     dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
@@ -91,10 +110,15 @@ def test_single_rank_group_with_explicit_store():
         assert counts["allreduce_shm_oneshot"] == 2 and counts["allgather_shm"] == 1 and counts["barrier_shm"] == 1, counts
         # The benchmarks' C++ timing loop runs any backend's collectives.
         cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-        assert _C.bench_loop(cpu_backend, "all_reduce", t, t, 10) > 0
+        assert _C.bench_loop(cpu_backend, "ALLREDUCE", t, t, 10) > 0
         assert backend.algorithm_counts()["allreduce_shm_oneshot"] == 12
-        with pytest.raises(RuntimeError, match="fastcomm bench_loop: unknown op 'gather'"):
-            _C.bench_loop(cpu_backend, "gather", t, t, 1)
+        gathered = torch.zeros(5)
+        _C.bench_loop(cpu_backend, "_ALLGATHER_BASE", torch.arange(5.0), gathered, 3)
+        assert torch.equal(gathered, torch.arange(5.0)) and backend.algorithm_counts()["allgather_shm"] == 4
+        with pytest.raises(RuntimeError, match="fastcomm bench_loop: cannot loop op 'GATHER' \\(loopable: ALLREDUCE, "):
+            _C.bench_loop(cpu_backend, "GATHER", t, t, 1)
+        assert backend.config.shm_oneshot_max_bytes == read_options().shm_oneshot_max_bytes
+        assert backend.config.host_of_rank == []  # one host
         backend.set_timeout(datetime.timedelta(seconds=7))  # also forwarded to the Gloo delegate
         assert backend.timeout == datetime.timedelta(seconds=7)
         with pytest.raises(ValueError, match="not a fastcomm group"):

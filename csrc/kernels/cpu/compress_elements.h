@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace fastcomm {
 namespace compress {
 
@@ -26,15 +28,11 @@ inline float finite_or_zero(float v) {
   return std::isfinite(v) ? v : 0.0f;
 }
 
-// Whether this CPU runs the "avx2" variants below (x86-64 with AVX2; no FMA,
-// so no multiply-add is contracted and results stay bitwise the baseline's).
-inline bool cpu_has_avx2() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-#else
-  return false;
-#endif
+// Whether to run the "avx2" variants below (compiled for AVX2 without FMA, so
+// no multiply-add is contracted and results stay bitwise the baseline's);
+// kernels/cpu/isa.h decides, and tests cap it to run the baseline.
+inline bool use_avx2_variants() {
+  return kernels::isa_enabled(kernels::Isa::Avx2);
 }
 
 }  // namespace compress
@@ -55,7 +53,7 @@ inline bool cpu_has_avx2() {
   }                                                                                         \
   template <typename T, typename... Args>                                                   \
   void NAME(Args... args) {                                                                 \
-    if (::fastcomm::compress::cpu_has_avx2()) {                                             \
+    if (::fastcomm::compress::use_avx2_variants()) {                                             \
       NAME##_avx2<T>(args...);                                                              \
     } else {                                                                                \
       NAME##_baseline<T>(args...);                                                          \

@@ -1,9 +1,13 @@
-#include "kernels/cpu/copy_segments.h"
-
+// The CPU kernel behind the device registry's copy_segments: copies many byte
+// ranges in one call, in parallel over segments and over the bytes of large
+// ones. Segments must not overlap each other. Registers itself at load time
+// of _C (core/device_registry.h), as the CUDA kernel does.
 #include <cstring>
 #include <vector>
 
 #include <ATen/Parallel.h>
+
+#include "core/device_registry.h"
 
 namespace fastcomm {
 
@@ -14,9 +18,7 @@ constexpr size_t kParallelBytes = 1 << 20;
 // Large segments are split into pieces of this size so threads share them.
 constexpr size_t kPieceBytes = 256 << 10;
 
-}  // namespace
-
-void copy_segments_cpu(const CopySegment* segments, size_t count) {
+void copy_segments_cpu(const CopySegment* segments, size_t count, c10::Device) {
   size_t total = 0;
   for (size_t i = 0; i < count; ++i) total += segments[i].bytes;
   if (total < kParallelBytes) {
@@ -38,5 +40,12 @@ void copy_segments_cpu(const CopySegment* segments, size_t count) {
     for (int64_t i = begin; i < end; ++i) std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes);
   });
 }
+
+const bool registered = [] {
+  register_copy_segments(c10::DeviceType::CPU, &copy_segments_cpu);
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace fastcomm

@@ -13,12 +13,13 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <limits>
 
-#include "kernels/cpu/compress_cpu.h"
 #include <c10/util/Exception.h>
 
+#include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/compress_elements.h"
+#include "kernels/cpu/half_conversions.h"
+#include "kernels/cpu/isa.h"
 
 namespace fastcomm {
 namespace compress {
@@ -46,20 +47,13 @@ template <typename A>
 inline __attribute__((always_inline)) A to_acc(_Float16 v) { return static_cast<A>(static_cast<float>(v)); }
 template <typename A>
 inline __attribute__((always_inline)) A to_acc(BFloat16Bits v) {
-  const uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return static_cast<A>(f);
+  return static_cast<A>(kernels::bfloat16_bits_to_float(v.bits));
 }
 
 template <typename D, typename A>
 inline __attribute__((always_inline)) D from_acc(A v) {
   if constexpr (std::is_same_v<D, BFloat16Bits>) {
-    const float f = static_cast<float>(v);
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof(bits));
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    return BFloat16Bits{f != f ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(rounded)};
+    return BFloat16Bits{kernels::float_to_bfloat16_bits(static_cast<float>(v))};
   } else if constexpr (std::is_same_v<D, _Float16>) {
     return static_cast<_Float16>(static_cast<float>(v));
   } else {
@@ -168,12 +162,7 @@ __attribute__((target("arch=x86-64-v3"))) int64_t copy_v3(const void* src, void*
 #endif
 
 bool use_v3() {
-#if FASTCOMM_X86_V3
-  static const bool yes = __builtin_cpu_supports("x86-64-v3");
-  return yes;
-#else
-  return false;
-#endif
+  return kernels::isa_enabled(kernels::Isa::Avx2);
 }
 
 int64_t copy_piece(const ScaledCopy& p, int64_t begin, int64_t end, double scale, double limit) {

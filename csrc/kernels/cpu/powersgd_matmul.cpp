@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/compress_cpu.h"
+#include "kernels/cpu/isa.h"
 
 namespace fastcomm {
 namespace compress {
@@ -103,11 +104,9 @@ FASTCOMM_POWERSGD_KERNELS(v3, __attribute__((target("arch=x86-64-v3"))))
 
 const Kernels& kernels() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const Kernels& best = __builtin_cpu_supports("x86-64-v3") ? kernels_v3 : kernels_baseline;
-  return best;
-#else
-  return kernels_baseline;
+  if (::fastcomm::kernels::isa_enabled(::fastcomm::kernels::Isa::Avx2)) return kernels_v3;
 #endif
+  return kernels_baseline;
 }
 
 std::vector<float> transposed(const float* q, int64_t cols, int64_t r) {

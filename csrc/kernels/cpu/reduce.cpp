@@ -1,5 +1,8 @@
 #include "kernels/cpu/reduce.h"
 
+#include "kernels/cpu/half_conversions.h"
+#include "kernels/cpu/isa.h"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -37,17 +40,10 @@ struct BFloat16Bits {
   using Stored = uint16_t;
   using Acc = float;
   static FASTCOMM_INLINE float load(uint16_t v) {
-    const uint32_t bits = static_cast<uint32_t>(v) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return f;
+    return bfloat16_bits_to_float(v);
   }
-  // Round to nearest even, NaN -> 0x7FC0: the same bits as c10::BFloat16(float).
   static FASTCOMM_INLINE uint16_t store(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof(bits));
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    return f != f ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(rounded);
+    return float_to_bfloat16_bits(f);
   }
 };
 
@@ -63,32 +59,14 @@ struct HalfFloat {
 };
 
 #if FASTCOMM_X86_DISPATCH
-// float16 for the x86-64-v3/v4 kernels: GCC 12 does not vectorize _Float16
-// conversions, so whole blocks are converted with F16C, 8 elements at a time.
-__attribute__((target("arch=x86-64-v3"))) void half_block_to_float(const _Float16* src, float* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  }
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-}
-
-__attribute__((target("arch=x86-64-v3"))) void float_block_to_half(const float* src, _Float16* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) dst[i] = static_cast<_Float16>(src[i]);
-}
-
+// float16 for the x86-64-v3/v4 kernels: whole blocks converted with F16C.
 struct HalfFloatF16c : HalfFloat {
   static constexpr bool kBlockConversion = true;
   static void load_block(const _Float16* src, float* dst, int64_t n) {
-    half_block_to_float(src, dst, n);
+    half_block_to_float_f16c(src, dst, n);
   }
   static void store_block(const float* src, _Float16* dst, int64_t n) {
-    float_block_to_half(src, dst, n);
+    float_block_to_half_f16c(src, dst, n);
   }
 };
 #endif
@@ -246,19 +224,12 @@ FASTCOMM_DTYPE_KERNELS(avx2, __attribute__((target("arch=x86-64-v3"))), HalfFloa
 FASTCOMM_DTYPE_KERNELS(avx512, __attribute__((target("arch=x86-64-v4"))), HalfFloatF16c)
 #endif
 
-const DtypeKernels* kernels_for(ReduceIsa isa) {
-  switch (isa) {
+const DtypeKernels& kernels_for(Isa isa) {
 #if FASTCOMM_X86_DISPATCH
-    case ReduceIsa::Avx512:
-      return __builtin_cpu_supports("x86-64-v4") ? &kernels_avx512 : nullptr;
-    case ReduceIsa::Avx2:
-      return __builtin_cpu_supports("x86-64-v3") ? &kernels_avx2 : nullptr;
+  if (isa == Isa::Avx512) return kernels_avx512;
+  if (isa == Isa::Avx2) return kernels_avx2;
 #endif
-    case ReduceIsa::Baseline:
-      return &kernels_baseline;
-    default:
-      return nullptr;
-  }
+  return kernels_baseline;
 }
 
 ReduceFn pick(const DtypeKernels& k, c10::ScalarType dtype) {
@@ -284,68 +255,14 @@ ReduceFn pick(const DtypeKernels& k, c10::ScalarType dtype) {
   }
 }
 
-bool is_bitwise(ReduceKind op) {
-  return op == ReduceKind::BitAnd || op == ReduceKind::BitOr || op == ReduceKind::BitXor;
-}
-
 }  // namespace
 
-bool reduce_supported(c10::ScalarType dtype, ReduceKind op) {
-  switch (dtype) {
-    case c10::kFloat:
-    case c10::kDouble:
-    case c10::kBFloat16:
-    case c10::kHalf:
-      return !is_bitwise(op);
-    case c10::kChar:
-    case c10::kByte:
-    case c10::kInt:
-    case c10::kLong:
-      return true;
-    default:
-      return false;
-  }
-}
-
-ReduceIsa best_reduce_isa() {
-  static const ReduceIsa best = kernels_for(ReduceIsa::Avx512) ? ReduceIsa::Avx512
-                                : kernels_for(ReduceIsa::Avx2) ? ReduceIsa::Avx2
-                                                               : ReduceIsa::Baseline;
-  return best;
-}
-
-bool reduce_isa_available(ReduceIsa isa) {
-  return kernels_for(isa) != nullptr;
-}
-
-const char* reduce_isa_name(ReduceIsa isa) {
-  switch (isa) {
-    case ReduceIsa::Avx512:
-      return "avx512";
-    case ReduceIsa::Avx2:
-      return "avx2";
-    default:
-      return "baseline";
-  }
-}
-
-void reduce_with(ReduceIsa isa, c10::ScalarType dtype, ReduceKind op, const void* const* srcs, int n, void* dst,
-                 int64_t count) {
-  TORCH_CHECK(reduce_supported(dtype, op), "fastcomm reduce: dtype ", dtype, " with op ", static_cast<int>(op),
+void reduce(c10::ScalarType dtype, ReduceKind op, const void* const* srcs, int n, void* dst, int64_t count) {
+  TORCH_CHECK(cpu_kernels_reduce(dtype, op), "fastcomm reduce: dtype ", dtype, " with op ", static_cast<int>(op),
               " is not supported");
   TORCH_CHECK(n >= 1, "fastcomm reduce: needs at least one source, got ", n);
-  const DtypeKernels* kernels = kernels_for(isa);
-  TORCH_CHECK(kernels, "fastcomm reduce: this CPU cannot run the ", reduce_isa_name(isa), " kernels");
-  if (count > 0) pick(*kernels, dtype)(op, srcs, n, dst, count);
-}
-
-void reduce(c10::ScalarType dtype, ReduceKind op, const void* const* srcs, int n, void* dst, int64_t count) {
-  static const DtypeKernels* best = kernels_for(best_reduce_isa());
   if (count <= 0) return;
-  ReduceFn fn = pick(*best, dtype);
-  TORCH_CHECK(fn && reduce_supported(dtype, op), "fastcomm reduce: dtype ", dtype, " with op ",
-              static_cast<int>(op), " is not supported");
-  fn(op, srcs, n, dst, count);
+  pick(kernels_for(active_isa()), dtype)(op, srcs, n, dst, count);
 }
 
 }  // namespace fastcomm::kernels

@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/compress_elements.h"
 

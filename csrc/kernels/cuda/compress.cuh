@@ -2,7 +2,7 @@
 // (kernels/cpu/compress_cpu.h) state the contracts, which these follow: the
 // same formats (kernels/compress_format.h), the same float32 arithmetic, and
 // rank-ordered sums, so every rank gets the same bucket. Torch-free apart from
-// the element types the adapter (compress.cu) instantiates them with.
+// the element types the adapter (csrc/ops/compress_ops_cuda.cu) instantiates them with.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "backend/device_registry.h"
+#include "core/device_registry.h"
 #include "kernels/cuda/copy_segments.cuh"
 
 namespace fastcomm {

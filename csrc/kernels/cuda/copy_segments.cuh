@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/copy_segment.h"
+#include "core/copy_segment.h"
 
 namespace fastcomm {
 namespace cuda {

@@ -1,6 +1,6 @@
 // SyncBatchNorm's CUDA kernels (torch-free). Shapes and packed buffers are
 // described in kernels/syncbn_math.h; T is the element type and Acc its
-// acc_type. The adapter (syncbn.cu) launches them on the current stream.
+// acc_type. The adapter (csrc/ops/syncbn_ops_cuda.cu) launches them on the current stream.
 //
 // Launch contracts:
 //   welford_planes_kernel, grad_sums_planes_kernel: grid.x = channels, blockDim.x = kPlaneThreads

@@ -12,11 +12,12 @@
 #include <cstring>
 #include <fstream>
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "common/errors.h"
+#include "core/errors.h"
+#include "core/names.h"
 
 namespace fastcomm::shm {
 
@@ -60,13 +61,8 @@ bool process_alive(int pid) {
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
-const char* reduce_op_name(int op) {
-  static const char* const names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
-  return op >= 0 && op < 9 ? names[op] : "?";
-}
-
 std::string describe(const OpDescriptor& d) {
-  return c10::str(c10d::opTypeToString(static_cast<c10d::OpType>(d.type)),
+  return c10::str(op_type_name(d.type),
                   d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
                   " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
                   d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),

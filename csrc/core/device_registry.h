@@ -1,16 +1,17 @@
 // Device kernels the backend needs, looked up by device type.
 //
-// The CPU kernels are always registered. CUDA kernels register themselves from
-// csrc/kernels/cuda/ when that folder is compiled, so no code above the kernels
-// needs #ifdef. Registration happens during static initialisation of _C;
-// lookups afterwards are read-only.
+// Core holds the table; the kernels fill it. Each device's kernels register
+// themselves (csrc/kernels/cpu/ always, csrc/kernels/cuda/ when that folder is
+// compiled), so no code above the kernels needs #ifdef and core includes no
+// kernel. Registration happens during static initialisation of _C; lookups
+// afterwards are read-only.
 #pragma once
 
 #include <cstddef>
 
 #include <c10/core/Device.h>
 
-#include "kernels/copy_segment.h"
+#include "core/copy_segment.h"
 
 namespace fastcomm {
 

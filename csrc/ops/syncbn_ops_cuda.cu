@@ -8,7 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "kernels/cuda/syncbn.cuh"
 #include "ops/syncbn_ops.h"
 

@@ -1,17 +1,13 @@
-#include "backend/device_registry.h"
+#include "core/device_registry.h"
 
 #include <map>
-
-#include "kernels/cpu/copy_segments.h"
 
 namespace fastcomm {
 
 namespace {
 
 std::map<c10::DeviceType, CopySegmentsFn>& copy_segments_table() {
-  static std::map<c10::DeviceType, CopySegmentsFn> table{
-      {c10::DeviceType::CPU, [](const CopySegment* s, size_t n, c10::Device) { copy_segments_cpu(s, n); }},
-  };
+  static std::map<c10::DeviceType, CopySegmentsFn> table;
   return table;
 }
 

@@ -14,7 +14,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "common/errors.h"
+#include "core/errors.h"
 #include "kernels/cuda/compress.cuh"
 #include "ops/compress_ops.h"
 

@@ -1,4 +1,4 @@
-#include "backend/collective.h"
+#include "core/collective.h"
 
 namespace fastcomm {
 

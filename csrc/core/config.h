@@ -1,0 +1,35 @@
+// The configuration of one fastcomm process group, built once in Python and
+// handed to the backend as one object:
+//   - the options: fastcomm/_options.py reads every environment variable, once,
+//     and owns every default (README lists them); the fields here mirror its
+//     Options dataclass by name, and fastcomm/_backend.py copies them field by
+//     field, so an option missing here fails loudly at group creation;
+//   - the host plan: fastcomm/_shm.py's rendezvous result;
+//   - what the process can do: why CUDA tensors cannot run, if they cannot.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastcomm {
+
+struct Config {
+  // Options (fastcomm/_options.py, README's table).
+  int64_t gloo_threads = 0;
+  int64_t allreduce_allgather_max_bytes = 0;
+  bool shm = false;
+  int64_t shm_slot_bytes = 0;
+  int64_t shm_oneshot_max_bytes = 0;
+  int64_t ranks_per_host = 0;
+
+  // Host plan (fastcomm/_shm.py): the host index (0..H-1, hosts ordered by
+  // their lowest rank) of every group rank when the group runs hierarchical
+  // (several hosts, every host ready); empty otherwise.
+  std::vector<int> host_of_rank;
+
+  // Empty when CUDA collectives can run; otherwise why not (no NCCL, no GPU).
+  std::string cuda_unavailable_reason;
+};
+
+}  // namespace fastcomm
