@@ -2,18 +2,21 @@
 # Set up and run the tests, as CI does (.ci/run calls exactly this):
 #  1. .venv: torch 2.13.0 (CPU build), fastcomm built CPU-only, the whole suite;
 #  2. .venv-cuda: torch 2.14.1 (CUDA 13.0 build) and nvcc, fastcomm built with
-#     its CUDA kernels (non-editable install), the suite again. tests/gpu/ runs
-#     where a GPU is visible and skips elsewhere.
+#     its CUDA kernels (non-editable install), then what differs in that build:
+#     tests/unit (kernels, operator registration, the build's CUDA kernels),
+#     tests/gpu (runs where a GPU is visible, skips elsewhere) and the
+#     collective tests (the same C++ against another torch).
 # FASTCOMM_SKIP_CUDA_BUILD=1 skips step 2 (a machine without nvcc).
 # Extra arguments go to pytest (e.g. scripts/test.sh -k all_reduce -x).
+# Each step prints its wall time; README ("Tests") lists them as measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-run_pytest() {  # venv, then pytest arguments
+run_pytest() {  # venv, then pytest arguments (paths included)
   local venv=$1
   shift
   local rc=0
-  "$venv/bin/pytest" -q -p no:cacheprovider tests "$@" || rc=$?
+  "$venv/bin/pytest" -q -p no:cacheprovider "$@" || rc=$?
   if [[ $rc == 5 ]]; then
     echo "pytest collected no tests: that is a failure here" >&2
     return 1
@@ -21,9 +24,16 @@ run_pytest() {  # venv, then pytest arguments
   return $rc
 }
 
+step() {  # name, then the command: runs it and prints how long it took
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "=== step '$name' took $((SECONDS - start)) s" >&2
+}
+
 echo "=== 1/2: CPU build (torch 2.13.0)" >&2
-FASTCOMM_VENV=.venv FASTCOMM_TORCH=torch==2.13.0 FASTCOMM_CUDA=0 bash scripts/setup.sh
-run_pytest .venv "$@"
+step "CPU set-up and build" env FASTCOMM_VENV=.venv FASTCOMM_TORCH=torch==2.13.0 FASTCOMM_CUDA=0 bash scripts/setup.sh
+step "CPU tests" run_pytest .venv tests "$@"
 
 if [[ ${FASTCOMM_SKIP_CUDA_BUILD:-0} == 1 ]]; then
   echo "=== 2/2: CUDA build skipped (FASTCOMM_SKIP_CUDA_BUILD=1)" >&2
@@ -34,6 +44,7 @@ if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   exit 1
 fi
 echo "=== 2/2: CUDA build (torch 2.14.1 cu130 + nvcc)" >&2
-FASTCOMM_VENV=.venv-cuda FASTCOMM_TORCH=torch==2.14.1 FASTCOMM_CUDA=1 FASTCOMM_EDITABLE=0 MAX_JOBS=${MAX_JOBS:-2} \
-  bash scripts/setup.sh
-FASTCOMM_EXPECT_CUDA_KERNELS=1 run_pytest .venv-cuda "$@"
+step "CUDA set-up and build" env FASTCOMM_VENV=.venv-cuda FASTCOMM_TORCH=torch==2.14.1 FASTCOMM_CUDA=1 \
+  FASTCOMM_EDITABLE=0 MAX_JOBS=${MAX_JOBS:-2} bash scripts/setup.sh
+export FASTCOMM_EXPECT_CUDA_KERNELS=1
+step "CUDA-build tests" run_pytest .venv-cuda tests/unit tests/gpu tests/multiproc/test_collectives.py "$@"
