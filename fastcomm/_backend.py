@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from fastcomm import _C, _shm
+from fastcomm._gloo import make_gloo
 from fastcomm._options import Options, read_options
 
 BACKEND_NAME = "fastcomm"
@@ -26,14 +27,6 @@ def _cuda_unavailable_reason() -> str:
     if not torch.cuda.is_available():
         return "no CUDA device is visible"
     return ""
-
-
-def _make_gloo(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options):
-    gloo_options = dist.ProcessGroupGloo._Options()
-    gloo_options._timeout = timeout
-    gloo_options._devices = [dist.ProcessGroupGloo.create_default_device()]
-    gloo_options._threads = options.gloo_threads
-    return dist.ProcessGroupGloo(dist.PrefixStore("fastcomm/gloo/", store), rank, size, gloo_options)
 
 
 def _make_nccl(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta):
@@ -63,7 +56,7 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     rank, size = dist_options.group_rank, dist_options.group_size
     timeout = dist_options.timeout
     options = read_options()
-    gloo = _make_gloo(store, rank, size, timeout, options)
+    gloo = make_gloo(store, "fastcomm/gloo/", rank, size, timeout, options)
     reason = _cuda_unavailable_reason()
     nccl = _make_nccl(store, rank, size, timeout) if not reason else None
     plan = _shm.setup(store, rank, size, timeout, options)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +22,10 @@ class Options:
     shm_oneshot_max_bytes: int = 128 << 10
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0
+    # Network interfaces of fastcomm's internal Gloo groups, comma-separated
+    # (FASTCOMM_SOCKET_IFNAME, else torch's GLOO_SOCKET_IFNAME); "": the address
+    # the hostname resolves to, as Gloo does.
+    socket_ifname: str = ""
 
 
 def _int_at_least(name: str, default: int, minimum: int) -> int:
@@ -46,6 +51,22 @@ def _flag(name: str, default: bool) -> bool:
     return raw == "1"
 
 
+def _interfaces() -> str:
+    """FASTCOMM_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME: names that this host's interfaces have."""
+    for name in ("FASTCOMM_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        raw = os.environ.get(name)
+        if raw:
+            break
+    else:
+        return ""
+    have = [interface for _, interface in socket.if_nameindex()]
+    for interface in raw.split(","):
+        if interface not in have:
+            raise ValueError(f"fastcomm: environment variable {name} names network interface {interface!r}, which "
+                             f"this host does not have (it has: {', '.join(have)})")
+    return raw
+
+
 def read_options() -> Options:
     """Options from the environment, read when a process group is created."""
     return Options(
@@ -57,4 +78,5 @@ def read_options() -> Options:
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),
+        socket_ifname=_interfaces(),
     )

@@ -26,6 +26,7 @@ import warnings
 import torch.distributed as dist
 
 from fastcomm import _C
+from fastcomm._gloo import make_gloo
 from fastcomm._options import Options
 
 _PREFIX = "fastcomm/shm/"
@@ -78,14 +79,6 @@ def _connect(store: dist.Store, local: list[int], local_rank: int, options: Opti
     return _C.ShmEngine.attach(name, int(nonce), local_rank, options.shm_slot_bytes, local, spin, True)
 
 
-def _make_leaders(store: dist.Store, host_index: int, hosts: int, timeout: datetime.timedelta, options: Options):
-    gloo_options = dist.ProcessGroupGloo._Options()
-    gloo_options._timeout = timeout
-    gloo_options._devices = [dist.ProcessGroupGloo.create_default_device()]
-    gloo_options._threads = options.gloo_threads
-    return dist.ProcessGroupGloo(dist.PrefixStore(f"{_PREFIX}leaders/", store), host_index, hosts, gloo_options)
-
-
 def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options) -> ShmPlan:
     """This rank's part of the group's shared-memory rendezvous (collective over the group)."""
     if not options.shm:
@@ -127,6 +120,6 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         return ShmPlan()
     leaders = None
     if local_rank == 0:
-        leaders = _make_leaders(store, hosts.index(keys[rank]), len(hosts), timeout, options)
+        leaders = make_gloo(store, f"{_PREFIX}leaders/", hosts.index(keys[rank]), len(hosts), timeout, options)
     host_of_rank = [hosts.index(k) for k in keys]
     return ShmPlan(engine=engine, leaders=leaders, host_of_rank=host_of_rank)

@@ -63,6 +63,12 @@ def ranks_detail():
 
 
 @pytest.fixture
+def ranks_named_interface():
+    """4 ranks as 2 simulated hosts, internal Gloo groups on the interface GLOO_SOCKET_IFNAME names (lo)."""
+    return _pool(4, (("FASTCOMM_RANKS_PER_HOST", "2"), ("GLOO_SOCKET_IFNAME", "lo")))
+
+
+@pytest.fixture
 def ranks_no_allgather():
     """2 ranks, engine off, small all_reduce left to Gloo (allreduce_via_allgather off)."""
     return _pool(2, (("FASTCOMM_SHM", "0"), ("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0")))

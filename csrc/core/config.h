@@ -22,6 +22,7 @@ struct Config {
   int64_t shm_slot_bytes = 0;
   int64_t shm_oneshot_max_bytes = 0;
   int64_t ranks_per_host = 0;
+  std::string socket_ifname;  // used in Python only (the internal Gloo groups' interfaces)
 
   // Host plan (fastcomm/_shm.py): the host index (0..H-1, hosts ordered by
   // their lowest rank) of every group rank when the group runs hierarchical

@@ -451,3 +451,8 @@ def _small_all_reduce_path(backend, rank, world_size):
     dist.all_reduce(big)
     assert used(small) == before_small and used(large) == before_large + 1, (small, large, backend.algorithm_counts())
     assert torch.equal(big, torch.full_like(big, float(world_size)))
+
+
+def socket_ifname(rank, world_size):
+    """The interfaces this rank's group was configured with (GLOO_SOCKET_IFNAME)."""
+    return fastcomm.fastcomm_backend().config.socket_ifname

@@ -33,8 +33,9 @@ CPP_ALLOWED = {
 PY_ALLOWED = {
     "_C": set(),
     "_options": set(),
-    "_shm": {"_C", "_options"},
-    "_backend": {"_C", "_shm", "_options"},
+    "_gloo": {"_options"},
+    "_shm": {"_C", "_gloo", "_options"},
+    "_backend": {"_C", "_gloo", "_shm", "_options"},
     "hooks": {"_C", "hooks"},
     "nn": {"_C", "nn"},
     "bench": {"bench", "__init__"},  # the CLI imports fastcomm itself to register the backend

@@ -24,8 +24,9 @@ def test_import_does_not_initialise_cuda():
 
 
 def test_options_defaults_and_validation(monkeypatch):
-    monkeypatch.delenv("FASTCOMM_GLOO_THREADS", raising=False)
-    monkeypatch.delenv("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", raising=False)
+    for name in ("FASTCOMM_GLOO_THREADS", "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "FASTCOMM_SOCKET_IFNAME",
+                 "GLOO_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
     assert read_options() == Options()
     monkeypatch.setenv("FASTCOMM_GLOO_THREADS", "4")
     assert read_options().gloo_threads == 4
@@ -67,6 +68,29 @@ def test_shared_memory_options(monkeypatch):
         monkeypatch.delenv(name)
 
 
+def test_network_interface_options(monkeypatch):
+    """GLOO_SOCKET_IFNAME (torch's, comma-separated) and FASTCOMM_SOCKET_IFNAME (fastcomm's
+    override) name the internal Gloo groups' interfaces; a name this host lacks is refused."""
+    import socket
+
+    monkeypatch.delenv("FASTCOMM_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert read_options().socket_ifname == ""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo,lo")
+    assert read_options().socket_ifname == "lo,lo"
+    monkeypatch.setenv("FASTCOMM_SOCKET_IFNAME", "lo")
+    assert read_options().socket_ifname == "lo"
+    monkeypatch.setenv("FASTCOMM_SOCKET_IFNAME", "lo,fastcomm-nonexistent0")
+    have = ", ".join(name for _, name in socket.if_nameindex())
+    with pytest.raises(ValueError, match=f"FASTCOMM_SOCKET_IFNAME names network interface 'fastcomm-nonexistent0', "
+                                         f"which this host does not have \\(it has: {have}\\)"):
+        read_options()
+    monkeypatch.delenv("FASTCOMM_SOCKET_IFNAME")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "fastcomm-nonexistent0")
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME names network interface 'fastcomm-nonexistent0'"):
+        read_options()
+
+
 def test_config_carries_every_option_and_the_host_plan():
     """One typed Config for C++: every Options field is copied by name (a field
     C++ lacked would raise here), plus the host plan and the CUDA verdict."""
@@ -76,7 +100,7 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, ranks_per_host=2)
+                      shm_oneshot_max_bytes=7, ranks_per_host=2, socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
     config = make_config(options, ShmPlan(host_of_rank=[0, 0, 1]), "no CUDA device is visible")
