@@ -2,16 +2,17 @@
 
 Every rank of a new group calls :func:`setup` (from ``create_backend``). Through
 the group's store the ranks find which of them share a host, the lowest rank of
-each host creates a segment (random name, mode 0600) and publishes its name and
-nonce, the others attach and validate it, and every rank posts whether that
-worked. The creator unlinks the name once every local rank has posted, so no
-file is left in /dev/shm whatever happens later. The engine is used only if it
+each host creates a segment (an anonymous memory file: it never has a name in
+/dev/shm, so no crash at any moment can leave one behind) and publishes its
+/proc/<pid>/fd/<fd> path and a random nonce, the others open, map and validate
+it, and every rank posts whether that worked. The engine is used only if it
 worked on every rank of the group, so all ranks always choose the same
 algorithms; otherwise the group runs on Gloo and a warning says why.
 
 "Same host" means: same hostname, same boot, same /dev/shm mount and same pid
-namespace (peers' pids are checked to detect dead ranks). The attach itself
-proves the shared /dev/shm: the nonce must match. ``FASTCOMM_RANKS_PER_HOST=k``
+namespace (peers' pids are checked to detect dead ranks, and the creator's
+/proc path must resolve). The attach itself proves the shared memory: the
+nonce must match. ``FASTCOMM_RANKS_PER_HOST=k``
 splits the group into blocks of k consecutive ranks that act as separate
 hosts, so the hierarchical algorithms can be tested on one machine.
 """
@@ -86,26 +87,21 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     if size == 1:
         # Its own host: the engine makes every collective a local copy, without
         # Gloo's thread hand-off (~20 us per op).
-        engine = _C.ShmEngine.create(1, options.shm_slot_bytes, [0], True, True)
-        _C.shm_unlink(engine.segment_name)
-        return ShmPlan(engine=engine)
+        return ShmPlan(engine=_C.ShmEngine.create(1, options.shm_slot_bytes, [0], True, True))
     store.set(f"{_PREFIX}host/{rank}", _host_key(rank, options))
     keys = _get_all(store, "host", range(size))
     hosts = list(dict.fromkeys(keys))  # in order of each host's lowest rank
     local = [r for r in range(size) if keys[r] == keys[rank]]
     local_rank = local.index(rank)
     engine, status = None, "ok"
-    try:
-        if len(local) > 1:
-            try:
-                engine = _connect(store, local, local_rank, options)
-            except Exception as error:  # reported to every rank below
-                status = f"rank {rank}: {error}"
-        store.set(f"{_PREFIX}status/{rank}", status)
-        statuses = _get_all(store, "status", range(size))
-    finally:
-        if engine is not None and local_rank == 0:
-            _C.shm_unlink(engine.segment_name)  # every local rank has attached, or given up
+    if len(local) > 1:
+        try:
+            engine = _connect(store, local, local_rank, options)
+        except Exception as error:  # reported to every rank below
+            status = f"rank {rank}: {error}"
+    store.set(f"{_PREFIX}status/{rank}", status)
+    # The creator waits here too, keeping its descriptor (and so the /proc path) open while peers attach.
+    statuses = _get_all(store, "status", range(size))
     failures = [s for s in statuses if s != "ok"]
     if failures:
         reason = f"shared-memory engine disabled for this group: {failures[0]}"

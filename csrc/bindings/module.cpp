@@ -126,7 +126,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("local_size", &Engine::local_size)
       .def_property_readonly("slot_bytes", &Engine::slot_bytes)
       .def_property_readonly("rounds", &Engine::rounds);
-  m.def("shm_unlink", &Segment::unlink, py::arg("name"), "Removes a segment's name from /dev/shm (idempotent).");
 
   using fastcomm::kernels::Isa;
   py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
@@ -19,13 +20,6 @@ namespace {
 uint64_t random_u64() {
   std::random_device device;  // /dev/urandom on Linux
   return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
-std::string random_name() {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/fastcomm-%016llx%016llx", static_cast<unsigned long long>(random_u64()),
-                static_cast<unsigned long long>(random_u64()));
-  return name;
 }
 
 std::string errno_text() {
@@ -52,25 +46,15 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
   TORCH_CHECK(slot_bytes >= 1, "fastcomm shm: slot_bytes must be >= 1, got ", slot_bytes);
   slot_bytes = round_up(slot_bytes, kSlotAlignment);
   const size_t bytes = segment_bytes(local_size, slot_bytes);
-  std::string name;
-  FileDescriptor file{-1};
-  for (int attempt = 0; attempt < 8 && file.fd < 0; ++attempt) {
-    name = random_name();
-    file.fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, S_IRUSR | S_IWUSR);
-    TORCH_CHECK(file.fd >= 0 || errno == EEXIST, "fastcomm shm: cannot create segment ", name, ": ", errno_text());
-  }
-  TORCH_CHECK(file.fd >= 0, "fastcomm shm: no unused segment name after 8 random tries");
-  // From here on, any failure unlinks the name it created.
-  auto fail = [&](const std::string& what) {
-    const std::string reason = errno_text();
-    ::shm_unlink(name.c_str());
-    TORCH_CHECK(false, "fastcomm shm: ", what, " for segment ", name, " (", bytes, " bytes): ", reason);
-  };
-  if (::fchmod(file.fd, S_IRUSR | S_IWUSR) != 0) fail("fchmod 0600 failed");  // whatever the umask
-  if (::ftruncate(file.fd, static_cast<off_t>(bytes)) != 0) fail("ftruncate failed (is /dev/shm full?)");
+  FileDescriptor file{::memfd_create("fastcomm-segment", MFD_CLOEXEC)};
+  TORCH_CHECK(file.fd >= 0, "fastcomm shm: memfd_create failed: ", errno_text());
+  TORCH_CHECK(::ftruncate(file.fd, static_cast<off_t>(bytes)) == 0, "fastcomm shm: ftruncate to ", bytes,
+              " bytes failed (is shared memory full?): ", errno_text());
   void* base = map(file.fd, bytes);
-  if (!base) fail("mmap failed");
-  auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes));
+  TORCH_CHECK(base, "fastcomm shm: mmap of ", bytes, " bytes failed: ", errno_text());
+  const std::string name = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file.fd);
+  auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, file.fd));
+  file.fd = -1;  // the segment owns it now
   SegmentHeader* h = segment->header();
   h->version = kVersion;
   h->local_size = static_cast<uint32_t>(local_size);
@@ -90,9 +74,9 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
 std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size, size_t slot_bytes, uint64_t nonce) {
   slot_bytes = round_up(slot_bytes, kSlotAlignment);
   const size_t bytes = segment_bytes(local_size, slot_bytes);
-  FileDescriptor file{::shm_open(name.c_str(), O_RDWR, 0)};
+  FileDescriptor file{::open(name.c_str(), O_RDWR | O_CLOEXEC)};
   TORCH_CHECK(file.fd >= 0, "fastcomm shm: cannot open segment ", name, ": ", errno_text(),
-              " (not the creator's /dev/shm?)");
+              " (the creator has exited, or is another user's or another pid namespace's process)");
   struct stat st {};
   TORCH_CHECK(::fstat(file.fd, &st) == 0, "fastcomm shm: fstat of ", name, " failed: ", errno_text());
   TORCH_CHECK(static_cast<size_t>(st.st_size) == bytes, "fastcomm shm: segment ", name, " has ", st.st_size,
@@ -100,7 +84,7 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size
   TORCH_CHECK(st.st_uid == ::geteuid(), "fastcomm shm: segment ", name, " belongs to another user");
   void* base = map(file.fd, bytes);
   TORCH_CHECK(base, "fastcomm shm: mmap of ", name, " failed: ", errno_text());
-  auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes));
+  auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, -1));
   const SegmentHeader* h = segment->header();
   TORCH_CHECK(h->magic == kMagic, "fastcomm shm: segment ", name, " has a bad magic number");
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -114,14 +98,9 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size
   return segment;
 }
 
-void Segment::unlink(const std::string& name) {
-  if (::shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-    TORCH_WARN("fastcomm shm: shm_unlink(", name, ") failed: ", errno_text());
-  }
-}
-
 Segment::~Segment() {
   ::munmap(base_, bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace fastcomm::shm

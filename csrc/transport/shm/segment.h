@@ -1,11 +1,15 @@
-// A POSIX shared-memory segment laid out as layout.h says, mapped by every rank
-// of one host.
+// A shared-memory segment laid out as layout.h says, mapped by every rank of
+// one host.
 //
-// Lifetime contract: the creator makes it under an unguessable name with mode
-// 0600 (O_EXCL: never an existing file), publishes name and nonce through the
-// store, and unlinks the name as soon as every local rank has attached (the
-// rendezvous in fastcomm/_shm.py). From then on nothing is left in /dev/shm,
-// whatever happens to the processes; the memory lives until the last unmap.
+// Lifetime contract: the creator makes it as an anonymous memory file
+// (memfd_create): it has no name in /dev/shm or anywhere else at any time, so
+// nothing can outlive the processes, whichever dies when; the kernel frees
+// the memory with the last descriptor or mapping. The creator keeps its
+// descriptor open for the segment's life, and publishes through the store the
+// path /proc/<pid>/fd/<fd> and a random nonce; local peers open that path
+// (the kernel lets only processes that may inspect the creator, i.e. the same
+// user, do so), map it and check the header (the rendezvous in
+// fastcomm/_shm.py).
 #pragma once
 
 #include <cstddef>
@@ -20,13 +24,12 @@ namespace fastcomm::shm {
 class Segment {
  public:
   // Creates and maps a new segment for `local_size` ranks with `slot_bytes` per slot
-  // (rounded up to kSlotAlignment). Throws c10::Error naming `op` on failure.
+  // (rounded up to kSlotAlignment). Throws c10::Error with the reason on failure.
   static std::unique_ptr<Segment> create(int local_size, size_t slot_bytes);
-  // Maps the segment `name`, checking that its header (magic, version, sizes,
-  // nonce) is the one the creator published. Throws with the reason otherwise.
+  // Maps the segment a creator published as `name` (its /proc/<pid>/fd/<fd>
+  // path), checking that its header (magic, version, sizes, nonce) is the one
+  // the creator published. Throws with the reason otherwise.
   static std::unique_ptr<Segment> attach(const std::string& name, int local_size, size_t slot_bytes, uint64_t nonce);
-  // Removes the name (idempotent: a missing name is not an error).
-  static void unlink(const std::string& name);
 
   ~Segment();
   Segment(const Segment&) = delete;
@@ -55,11 +58,13 @@ class Segment {
   }
 
  private:
-  Segment(std::string name, void* base, size_t bytes) : name_(std::move(name)), base_(base), bytes_(bytes) {}
+  Segment(std::string name, void* base, size_t bytes, int fd)
+      : name_(std::move(name)), base_(base), bytes_(bytes), fd_(fd) {}
 
-  std::string name_;
+  std::string name_;  // the path peers open
   void* base_;
   size_t bytes_;
+  int fd_;  // the creator's descriptor, open for the segment's life (-1 in peers)
 };
 
 }  // namespace fastcomm::shm
