@@ -17,10 +17,10 @@ namespace fastcomm {
 
 namespace {
 
-class AllreduceHierarchical final : public Algorithm {
+class AllreduceHierarchical final : public ShmAlgorithm {
  public:
   AllreduceHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : topology_(std::move(topology)), leaders_(std::move(leaders)) {}
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)) {}
 
   const char* name() const override {
     return "allreduce_hierarchical";
@@ -40,14 +40,13 @@ class AllreduceHierarchical final : public Algorithm {
       options.reduceOp = c.reduce_op;
       options.timeout = c.timeout;
       std::vector<at::Tensor> tensors{c.inputs[0]};
-      wait_among_leaders(leaders_->allreduce(tensors, options), c);
+      leaders_->allreduce(tensors, options)->wait(c.timeout);
     };
     steps.inside_after = [&]() { shm_broadcast_chunks(*topology_.engine, r.data, r.total, 0); };
     return run_hierarchical(topology_, c, shm_describe(c, r.total, r.total, 0), steps);
   }
 
  private:
-  ShmTopology topology_;
   c10::intrusive_ptr<c10d::Backend> leaders_;
 };
 

@@ -18,10 +18,10 @@ namespace fastcomm {
 
 namespace {
 
-class BroadcastHierarchical final : public Algorithm {
+class BroadcastHierarchical final : public ShmAlgorithm {
  public:
   BroadcastHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : topology_(std::move(topology)), leaders_(std::move(leaders)) {}
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)) {}
 
   const char* name() const override {
     return "broadcast_hierarchical";
@@ -47,13 +47,12 @@ class BroadcastHierarchical final : public Algorithm {
       options.rootRank = root_host;
       options.timeout = c.timeout;
       std::vector<at::Tensor> tensors{t};
-      wait_among_leaders(leaders_->broadcast(tensors, options), c);
+      leaders_->broadcast(tensors, options)->wait(c.timeout);
     };
     return run_hierarchical(topology_, c, shm_describe(c, total, total, local_root), steps);
   }
 
  private:
-  ShmTopology topology_;
   c10::intrusive_ptr<c10d::Backend> leaders_;
 };
 

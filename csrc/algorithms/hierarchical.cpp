@@ -15,7 +15,7 @@ Launched run_hierarchical(const ShmTopology& topology, const Collective& c, cons
   shm::Engine& engine = *topology.engine;
   return shm_run(engine, c, descriptor, [&]() {
     if (steps.inside_before) steps.inside_before();
-    if (engine.local_rank() == 0) {
+    if (topology.leads_host()) {
       try {
         steps.among_leaders();
       } catch (const std::exception& e) {
@@ -24,10 +24,6 @@ Launched run_hierarchical(const ShmTopology& topology, const Collective& c, cons
     }
     if (steps.inside_after) steps.inside_after();
   });
-}
-
-void wait_among_leaders(const c10::intrusive_ptr<c10d::Work>& work, const Collective& c) {
-  work->wait(c.timeout);
 }
 
 }  // namespace fastcomm

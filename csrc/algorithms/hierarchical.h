@@ -6,7 +6,7 @@
 //   inside_before  on every local rank (shared memory);
 //   among_leaders  on the host's leader only (its lowest rank): a collective
 //                  of the `leaders` Gloo group, one rank per host, rank = host
-//                  index. Its local peers meanwhile wait in the first round of
+//                  index, waited for with the call's timeout. Its local peers meanwhile wait in the first round of
 //                  inside_after; if it fails, the shm op is aborted so they
 //                  stop at once with the leader's reason;
 //   inside_after   on every local rank (shared memory).
@@ -27,8 +27,5 @@ struct HierarchicalSteps {
 
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
                           const HierarchicalSteps& steps);
-
-// Waits for a leaders' collective (bounded by the call's timeout).
-void wait_among_leaders(const c10::intrusive_ptr<c10d::Work>& work, const Collective& c);
 
 }  // namespace fastcomm

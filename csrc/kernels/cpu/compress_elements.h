@@ -53,7 +53,7 @@ inline bool use_avx2_variants() {
   }                                                                                         \
   template <typename T, typename... Args>                                                   \
   void NAME(Args... args) {                                                                 \
-    if (::fastcomm::compress::use_avx2_variants()) {                                             \
+    if (::fastcomm::compress::use_avx2_variants()) {                                        \
       NAME##_avx2<T>(args...);                                                              \
     } else {                                                                                \
       NAME##_baseline<T>(args...);                                                          \

@@ -42,15 +42,4 @@ void set_isa_cap(Isa cap) {
   cap_.store(static_cast<int>(cap), std::memory_order_relaxed);
 }
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      return "avx512";
-    case Isa::Avx2:
-      return "avx2";
-    default:
-      return "baseline";
-  }
-}
-
 }  // namespace fastcomm::kernels
