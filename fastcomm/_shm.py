@@ -94,11 +94,15 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     local = [r for r in range(size) if keys[r] == keys[rank]]
     local_rank = local.index(rank)
     engine, status = None, "ok"
-    if len(local) > 1:
-        try:
+    try:
+        if len(local) > 1:
             engine = _connect(store, local, local_rank, options)
-        except Exception as error:  # reported to every rank below
-            status = f"rank {rank}: {error}"
+        elif 1 < len(hosts) < size:
+            # Alone on its host in a hierarchical group: a one-rank engine, so
+            # the hierarchical algorithms run the same steps on every host.
+            engine = _C.ShmEngine.create(1, options.shm_slot_bytes, [rank], True, True)
+    except Exception as error:  # reported to every rank below
+        status = f"rank {rank}: {error}"
     store.set(f"{_PREFIX}status/{rank}", status)
     # The creator waits here too, keeping its descriptor (and so the /proc path) open while peers attach.
     statuses = _get_all(store, "status", range(size))

@@ -1,14 +1,16 @@
-// allreduce_hierarchical: all_reduce over several hosts.
+// allreduce_hierarchical: all_reduce over several hosts, pipelined.
 //
-// Steps (hierarchical.h's frame), for a tensor of S bytes on H hosts:
-//   1. inside each host, reduce to the host's leader (its lowest rank) through
-//      the segment: per slot-sized chunk every rank writes S, the leader reads P*S;
-//   2. the leaders all_reduce among themselves with Gloo (2*(H-1)/H*S over the
-//      network per leader);
-//   3. inside each host, broadcast the leader's result through the segment.
-// Everything is bitwise the same on all ranks: each host's leader reduces in
-// local rank order, Gloo gives every leader the same bits, and step 3 copies.
-// A host with a single rank skips steps 1 and 3.
+// The tensor (S bytes) is cut into pieces (hierarchical.h: up to one slot, about
+// S/4); per piece k, in run_pipelined's frame:
+//   before(k): inside each host, reduce piece k to the host's leader through
+//              the segment (each rank writes the piece, the leader reads P);
+//   leaders:   all_reduce piece k among the leaders with Gloo, not waited for
+//              (network per leader: 2*(H-1)/H of the piece, ring);
+//   after(k):  inside each host, broadcast the leader's piece k.
+// Network bytes per leader for the whole tensor: 2*(H-1)/H*S, against Gloo's
+// 2*(N-1)/N*S per rank on every rank's link. Everything is bitwise the same on
+// all ranks: each leader reduces in local rank order, Gloo gives every leader
+// the same bits, and after() copies.
 #include "algorithms/hierarchical.h"
 #include "algorithms/registry.h"
 #include "algorithms/shm_blocks.h"
@@ -32,18 +34,31 @@ class AllreduceHierarchical final : public ShmAlgorithm {
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
+    shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    HierarchicalSteps steps;
-    steps.inside_before = [&]() { shm_reduce_chunks(*topology_.engine, r, 0); };
-    steps.among_leaders = [&]() {
+    const size_t piece = pipeline_piece_bytes(r.total, engine.slot_bytes(), r.element);
+    auto piece_of = [&](size_t k) {
+      ShmReduction p = r;
+      p.data = r.data + k * piece;
+      p.total = std::min(piece, r.total - k * piece);
+      return p;
+    };
+    PipelinedSteps steps;
+    steps.pieces = pieces_of(r.total, piece);
+    steps.inside_before = [&](size_t k) { shm_reduce_chunks(engine, piece_of(k), 0); };
+    steps.start_among_leaders = [&](size_t k) {
+      const ShmReduction p = piece_of(k);
       c10d::AllreduceOptions options;
       options.reduceOp = c.reduce_op;
       options.timeout = c.timeout;
-      std::vector<at::Tensor> tensors{c.inputs[0]};
-      leaders_->allreduce(tensors, options)->wait(c.timeout);
+      std::vector<at::Tensor> tensors{byte_range(c.inputs[0], k * piece, p.total)};
+      return LeaderWorks{leaders_->allreduce(tensors, options)};
     };
-    steps.inside_after = [&]() { shm_broadcast_chunks(*topology_.engine, r.data, r.total, 0); };
-    return run_hierarchical(topology_, c, shm_describe(c, r.total, r.total, 0), steps);
+    steps.inside_after = [&](size_t k) {
+      const ShmReduction p = piece_of(k);
+      shm_broadcast_chunks(engine, p.data, p.total, 0);
+    };
+    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, 0), steps);
   }
 
  private:

@@ -1,17 +1,11 @@
 #include "algorithms/hierarchical.h"
 
+#include <algorithm>
+
 namespace fastcomm {
 
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
                           const HierarchicalSteps& steps) {
-  if (!topology.engine) {  // alone on its host: the leaders' step is the whole op
-    try {
-      steps.among_leaders();
-    } catch (...) {
-      return failed(std::current_exception());
-    }
-    return completed(c.result_tensors());
-  }
   shm::Engine& engine = *topology.engine;
   return shm_run(engine, c, descriptor, [&]() {
     if (steps.inside_before) steps.inside_before();
@@ -24,6 +18,98 @@ Launched run_hierarchical(const ShmTopology& topology, const Collective& c, cons
     }
     if (steps.inside_after) steps.inside_after();
   });
+}
+
+namespace {
+
+void abort_all(std::vector<LeaderWorks>& in_flight) {
+  for (auto& works : in_flight) {
+    for (auto& work : works) {
+      try {
+        work->abort();
+      } catch (...) {  // already finished or failed: nothing to stop
+      }
+    }
+    works.clear();
+  }
+}
+
+}  // namespace
+
+Launched run_pipelined(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
+                       const PipelinedSteps& steps) {
+  shm::Engine& engine = *topology.engine;
+  const bool leads = topology.leads_host();
+  return shm_run(engine, c, descriptor, [&]() {
+    std::vector<LeaderWorks> in_flight(steps.pieces);
+    auto as_leader = [&](const std::function<void()>& step) {
+      try {
+        step();
+      } catch (const std::exception& e) {
+        abort_all(in_flight);
+        engine.abort_op(c10::str("the ", c.name, " among host leaders failed: ", e.what()));
+      }
+    };
+    try {
+      for (size_t k = 0; k <= steps.pieces; ++k) {
+        if (k < steps.pieces) {
+          if (steps.inside_before) steps.inside_before(k);
+          if (leads) as_leader([&]() { in_flight[k] = steps.start_among_leaders(k); });
+        }
+        if (k == 0) continue;
+        if (leads) {
+          as_leader([&]() {
+            for (auto& work : in_flight[k - 1]) work->wait(c.timeout);
+            in_flight[k - 1].clear();
+          });
+        }
+        if (steps.inside_after) steps.inside_after(k - 1);
+      }
+    } catch (...) {  // a round failed (peer, timeout): stop the leader's transfers too
+      abort_all(in_flight);
+      throw;
+    }
+  });
+}
+
+HostLayout::HostLayout(const ShmTopology& topology) {
+  const int hosts = topology.host_of_rank.empty()
+                        ? 0
+                        : *std::max_element(topology.host_of_rank.begin(), topology.host_of_rank.end()) + 1;
+  ranks_of_host.resize(hosts);
+  for (int r = 0; r < topology.group_size; ++r) ranks_of_host[topology.host_of_rank[r]].push_back(r);
+  for (int h = 0; h < hosts; ++h) {
+    first_of_host.push_back(static_cast<int>(host_order.size()));
+    host_order.insert(host_order.end(), ranks_of_host[h].begin(), ranks_of_host[h].end());
+  }
+  my_host = hosts ? topology.host_of_rank[topology.group_rank] : 0;
+}
+
+int HostLayout::largest_host() const {
+  int largest = 0;
+  for (const auto& ranks : ranks_of_host) largest = std::max(largest, static_cast<int>(ranks.size()));
+  return largest;
+}
+
+size_t pipeline_piece_bytes(size_t per_rank, size_t cap, size_t element) {
+  size_t piece = std::max(kMinPieceBytes, per_rank / 4);
+  piece = std::min(piece, cap);
+  return std::max(element, piece / element * element);
+}
+
+at::Tensor byte_range(const at::Tensor& t, size_t offset, size_t bytes) {
+  const int64_t element = t.element_size();
+  return t.view(-1).narrow(0, static_cast<int64_t>(offset) / element, static_cast<int64_t>(bytes) / element);
+}
+
+c10::intrusive_ptr<c10d::Work> leaders_send(c10d::Backend& leaders, const at::Tensor& t, int peer, int tag) {
+  std::vector<at::Tensor> tensors{t};
+  return leaders.send(tensors, peer, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> leaders_recv(c10d::Backend& leaders, const at::Tensor& t, int peer, int tag) {
+  std::vector<at::Tensor> tensors{t};
+  return leaders.recv(tensors, peer, tag);
 }
 
 }  // namespace fastcomm

@@ -1,19 +1,34 @@
-// The one frame of fastcomm's hierarchical algorithms: inside each host, among
-// the host leaders, back inside each host.
+// The frames of fastcomm's hierarchical algorithms: inside each host (shared
+// memory), among the host leaders (the `leaders` Gloo group: one rank per
+// host, its lowest; rank in that group = host index), back inside each host.
 //
-// A hierarchical algorithm supplies three steps; run_hierarchical() runs them
-// as one shared-memory op of the host's engine:
+// In a hierarchical group every rank has an engine: a rank alone on its host
+// has a one-rank engine (its rounds return at once), so steps are written once
+// for hosts of any size.
+//
+// run_hierarchical: three steps run one after the other as one engine op.
 //   inside_before  on every local rank (shared memory);
-//   among_leaders  on the host's leader only (its lowest rank): a collective
-//                  of the `leaders` Gloo group, one rank per host, rank = host
-//                  index, waited for with the call's timeout. Its local peers meanwhile wait in the first round of
-//                  inside_after; if it fails, the shm op is aborted so they
-//                  stop at once with the leader's reason;
+//   among_leaders  on the host's leader only, waited for with the call's
+//                  timeout. Its local peers meanwhile wait in the first round
+//                  of inside_after; if it fails, the op is aborted so they stop
+//                  at once with the leader's reason;
 //   inside_after   on every local rank (shared memory).
-// A rank alone on its host has no engine and runs among_leaders only.
+//
+// run_pipelined: the message is cut into pieces; per piece k the leader
+// starts the leaders' exchange of piece k without waiting for it, so the
+// network carries piece k while the host runs the shared-memory steps of
+// pieces k+1 (before) and k-1 (after):
+//   inside_before(0); start(0);
+//   inside_before(1); start(1); wait(0); inside_after(0);
+//   ...
+//   wait(K-1); inside_after(K-1).
+// On a failure the leader aborts the works still in flight and the op.
 #pragma once
 
 #include <functional>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "algorithms/shm_common.h"
 
@@ -27,5 +42,54 @@ struct HierarchicalSteps {
 
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
                           const HierarchicalSteps& steps);
+
+using LeaderWorks = std::vector<c10::intrusive_ptr<c10d::Work>>;
+
+struct PipelinedSteps {
+  size_t pieces = 1;                             // at least 1 (empty tensors still run one piece)
+  std::function<void(size_t)> inside_before;     // may be empty
+  std::function<LeaderWorks(size_t)> start_among_leaders;  // leader only; must not wait
+  std::function<void(size_t)> inside_after;      // may be empty
+};
+
+Launched run_pipelined(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
+                       const PipelinedSteps& steps);
+
+// The hosts of a hierarchical group, as the algorithms that move per-rank
+// blocks see them. "Host order" lists the group's ranks host by host (each
+// host's ranks ascending, i.e. in local rank order).
+struct HostLayout {
+  std::vector<std::vector<int>> ranks_of_host;  // group ranks of host h, ascending
+  std::vector<int> host_order;                  // position -> group rank
+  std::vector<int> first_of_host;               // host h's first position in host order
+  int my_host = 0;
+
+  explicit HostLayout(const ShmTopology& topology);
+  int hosts() const {
+    return static_cast<int>(ranks_of_host.size());
+  }
+  int size_of(int h) const {
+    return static_cast<int>(ranks_of_host[h].size());
+  }
+  int largest_host() const;
+};
+
+// Bytes per rank per piece of a pipelined algorithm: at most `cap` (what one
+// round can carry per rank), about a quarter of `per_rank` so the network
+// and shared memory overlap, at least kMinPieceBytes, a multiple of `element`.
+constexpr size_t kMinPieceBytes = size_t{64} << 10;
+size_t pipeline_piece_bytes(size_t per_rank, size_t cap, size_t element);
+
+// Number of pieces of `total` bytes cut into `piece`-byte pieces (at least 1).
+inline size_t pieces_of(size_t total, size_t piece) {
+  return total == 0 ? 1 : (total + piece - 1) / piece;
+}
+
+// A 1-D view of `t`'s bytes [offset, offset + bytes) (both multiples of its element size).
+at::Tensor byte_range(const at::Tensor& t, size_t offset, size_t bytes);
+
+// Starts sending `t` to / receiving `t` from leader `peer` with `tag`.
+c10::intrusive_ptr<c10d::Work> leaders_send(c10d::Backend& leaders, const at::Tensor& t, int peer, int tag);
+c10::intrusive_ptr<c10d::Work> leaders_recv(c10d::Backend& leaders, const at::Tensor& t, int peer, int tag);
 
 }  // namespace fastcomm

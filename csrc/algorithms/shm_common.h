@@ -35,10 +35,11 @@ struct ShmTopology {
   bool single_host() const {
     return engine && engine->local_size() == group_size;
   }
-  // True when the group spans several hosts and every host set up its engine
-  // (or is a single rank): the hierarchical algorithms' topology.
+  // True when the group spans several hosts and every rank has its host's
+  // engine (a rank alone on its host a one-rank one): the hierarchical
+  // algorithms' topology.
   bool hierarchical() const {
-    return group_size > 1 && static_cast<int>(host_of_rank.size()) == group_size && !single_host();
+    return engine && group_size > 1 && static_cast<int>(host_of_rank.size()) == group_size && !single_host();
   }
   // This rank leads its host (its lowest rank; a rank alone on its host leads it).
   bool leads_host() const {

@@ -62,6 +62,9 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   if (topology.hierarchical()) {
     dispatcher_.add(make_allreduce_hierarchical(topology, transports_.leaders));
     dispatcher_.add(make_broadcast_hierarchical(topology, transports_.leaders));
+    dispatcher_.add(make_allgather_hierarchical(topology, transports_.leaders));
+    dispatcher_.add(make_reduce_scatter_hierarchical(topology, transports_.leaders));
+    dispatcher_.add(make_barrier_hierarchical(topology, transports_.leaders));
   }
   dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes));
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo));

@@ -78,8 +78,7 @@ def broadcast(rank, world_size):
     # Several slot-sized chunks (FASTCOMM_SHM_SLOT_BYTES: 1 MiB), through the
     # engine's algorithm for this topology.
     backend = fastcomm.fastcomm_backend()
-    names = backend.algorithm_names()
-    path = next((n for n in ("broadcast_shm", "broadcast_hierarchical") if n in names), "gloo_fallback")
+    path = _engine_path("broadcast")
     before = backend.algorithm_counts().get(path, 0)
     for root in range(world_size):
         big = rank_input(rank, (300_001,), torch.float32) if rank == root else torch.zeros(300_001)
@@ -130,6 +129,47 @@ def reduce_scatter(rank, world_size):
             dist.reduce_scatter_tensor(out, full, op=op)
             ref_full = reduce_reference([rank_input(r, (world_size * 3, 2), dtype) for r in range(world_size)], op, dtype)
             assert_equal(out, ref_full[rank * 3 : rank * 3 + 3], f"reduce_scatter_tensor {dtype} {op}")
+
+
+def _engine_path(kind: str) -> str:
+    """The algorithm this topology's engine runs `kind` (e.g. "allgather") with, or gloo_fallback."""
+    names = fastcomm.fastcomm_backend().algorithm_names()
+    return next((n for n in (f"{kind}_shm", f"{kind}_hierarchical") if n in names), "gloo_fallback")
+
+
+def large_gather_and_scatter(rank, world_size):
+    """all_gather and reduce_scatter (both forms) over several slots and
+    pipeline pieces (1 MiB slots; sizes not a multiple of any piece), in place
+    too, through this topology's engine algorithm."""
+    backend = fastcomm.fastcomm_backend()
+    used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
+    gather, scatter = _engine_path("allgather"), _engine_path("reduce_scatter")
+    before_gather, before_scatter = used(gather), used(scatter)
+    calls = 0
+    for dtype, numel in ((torch.float32, 300_001), (torch.bfloat16, 70_003), (torch.int64, 1)):
+        mine = rank_input(rank, (numel,), dtype)
+        everyone = [rank_input(r, (numel,), dtype) for r in range(world_size)]
+        outs = [torch.zeros(numel, dtype=dtype) for _ in range(world_size)]
+        dist.all_gather(outs, mine)
+        for r in range(world_size):
+            assert_equal(outs[r], everyone[r], f"all_gather {dtype} x{numel} from {r}")
+        flat = torch.zeros(world_size * numel, dtype=dtype)
+        flat[rank * numel:(rank + 1) * numel] = mine
+        dist.all_gather_into_tensor(flat, flat[rank * numel:(rank + 1) * numel])  # in place
+        assert_equal(flat, torch.cat(everyone), f"all_gather_into_tensor in place {dtype} x{numel}")
+        for op in (R.SUM, R.MAX):
+            full = [rank_input(r, (world_size * numel,), dtype, salt=1) for r in range(world_size)]
+            ref = reduce_reference(full, op, dtype)
+            out = torch.zeros(numel, dtype=dtype)
+            dist.reduce_scatter_tensor(out, full[rank], op=op)
+            assert_equal(out, ref[rank * numel:(rank + 1) * numel], f"reduce_scatter_tensor {dtype} {op} x{numel}")
+            out = torch.zeros(numel, dtype=dtype)
+            dist.reduce_scatter(out, list(full[rank].chunk(world_size)), op=op)
+            assert_equal(out, ref[rank * numel:(rank + 1) * numel], f"reduce_scatter {dtype} {op} x{numel}")
+        calls += 1
+    if gather != "gloo_fallback":  # (Gloo's adapters count their own sub-collectives)
+        assert used(gather) == before_gather + 2 * calls, (gather, backend.algorithm_counts())
+        assert used(scatter) == before_scatter + 4 * calls, (scatter, backend.algorithm_counts())
 
 
 def _block(src: int, dst: int, rows: int, dtype) -> torch.Tensor:
@@ -233,7 +273,11 @@ def point_to_point(rank, world_size):
 
 
 def barrier_and_objects(rank, world_size):
+    backend = fastcomm.fastcomm_backend()
+    path = _engine_path("barrier")
+    before = backend.algorithm_counts().get(path, 0)
     dist.barrier()
+    assert backend.algorithm_counts()[path] == before + 1, (path, backend.algorithm_counts())
     work = dist.barrier(async_op=True)
     work.wait()
     objs = [None] * world_size

@@ -10,6 +10,7 @@ CHECKS = [
     checks.reduce,
     checks.all_gather,
     checks.reduce_scatter,
+    checks.large_gather_and_scatter,
     checks.all_to_all_single,
     checks.all_to_all,
     checks.gather_scatter,

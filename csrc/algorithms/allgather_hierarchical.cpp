@@ -1,0 +1,117 @@
+// allgather_hierarchical: all_gather / all_gather_into_tensor over several
+// hosts, pipelined.
+//
+// Each rank's input (B bytes) is cut into pieces of at most slot/N bytes; per
+// piece k, in run_pipelined's frame (hierarchical.h):
+//   before(k): inside each host every rank writes its piece into its slot,
+//              one round, every rank copies its host's P pieces to their
+//              places in its output (the host's own data never leaves it);
+//   leaders:   each leader sends its host's P pieces (from its output) to
+//              every other leader and receives theirs straight into its
+//              output, not waited for (Gloo send/recv, any host sizes);
+//   after(k):  inside each host the leader writes the other hosts' N-P pieces
+//              into its slot, one round, the others copy them out.
+// Network bytes per leader: sends (H-1)*P*B, receives (N-P)*B; Gloo's ring
+// moves (N-1)*B through every rank's link.
+#include <vector>
+
+#include "algorithms/hierarchical.h"
+#include "algorithms/registry.h"
+
+namespace fastcomm {
+
+namespace {
+
+class AllgatherHierarchical final : public ShmAlgorithm {
+ public:
+  AllgatherHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), hosts_(topology_) {}
+
+  const char* name() const override {
+    return "allgather_hierarchical";
+  }
+
+  bool accepts(const Collective& c) const override {
+    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!shm_eligible(c) || c.inputs.size() != 1) return false;
+    if (c.type == c10d::OpType::_ALLGATHER_BASE) return c.outputs.size() == 1;
+    return c.type == c10d::OpType::ALLGATHER && c.output_lists.size() == 1;
+  }
+
+  Launched launch(Collective& c, Dispatcher&) override {
+    shm::Engine& engine = *topology_.engine;
+    const int n = topology_.group_size, me = hosts_.my_host;
+    const std::vector<int>& mine = hosts_.ranks_of_host[me];
+    const at::Tensor& input = c.inputs[0];
+    const size_t total = input.nbytes(), element = input.element_size();
+    const bool base = c.type == c10d::OpType::_ALLGATHER_BASE;
+    // Rank r's block of the output, and its bytes [offset, offset + len) as a tensor for Gloo.
+    auto block = [&](int r) { return base ? byte_ptr(c.outputs[0]) + r * total : byte_ptr(c.output_lists[0][r]); };
+    auto block_range = [&](int r, size_t offset, size_t len) {
+      return base ? byte_range(c.outputs[0], r * total + offset, len) : byte_range(c.output_lists[0][r], offset, len);
+    };
+    const size_t piece = pipeline_piece_bytes(total, engine.slot_bytes() / n, element);
+    auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
+    auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
+
+    PipelinedSteps steps;
+    steps.pieces = pieces_of(total, piece);
+    steps.inside_before = [&](size_t k) {
+      const size_t offset = k * piece, len = length(k);
+      engine.start_use();
+      copy_bytes(engine.my_slot(), byte_ptr(input) + offset, len);
+      engine.round();
+      for (int q = 0; q < engine.local_size(); ++q) {
+        char* to = block(mine[q]) + offset;
+        if (to != byte_ptr(input) + offset) copy_bytes(to, engine.slot_of(q), len);
+      }
+    };
+    steps.start_among_leaders = [&](size_t k) {
+      const size_t offset = k * piece, len = length(k);
+      LeaderWorks works;
+      if (len == 0) return works;
+      for (int g = 0; g < hosts_.hosts(); ++g) {
+        if (g == me) continue;
+        for (int r : mine) works.push_back(leaders_send(*leaders_, block_range(r, offset, len), g, tag(k, r)));
+        for (int r : hosts_.ranks_of_host[g]) {
+          works.push_back(leaders_recv(*leaders_, block_range(r, offset, len), g, tag(k, r)));
+        }
+      }
+      return works;
+    };
+    steps.inside_after = [&](size_t k) {
+      const size_t offset = k * piece, len = length(k);
+      const bool alone = engine.local_size() == 1;  // nothing to pass on
+      engine.start_use();
+      if (topology_.leads_host() && !alone) {
+        size_t at = 0;
+        for (int r : hosts_.host_order) {
+          if (topology_.host_of_rank[r] == me) continue;
+          copy_bytes(engine.my_slot() + at, block(r) + offset, len);
+          at += len;
+        }
+      }
+      engine.round();
+      if (topology_.leads_host()) return;  // its output got the pieces from Gloo
+      size_t at = 0;
+      for (int r : hosts_.host_order) {
+        if (topology_.host_of_rank[r] == me) continue;
+        copy_bytes(block(r) + offset, engine.slot_of(0) + at, len);
+        at += len;
+      }
+    };
+    return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), steps);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> leaders_;
+  HostLayout hosts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders) {
+  return std::make_unique<AllgatherHierarchical>(std::move(topology), std::move(leaders));
+}
+
+}  // namespace fastcomm
