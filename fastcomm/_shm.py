@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import os
 import socket
+import time
 import warnings
 
 import torch.distributed as dist
@@ -58,11 +59,37 @@ def _host_key(rank: int, options: Options) -> str:
     return key
 
 
-def _get_all(store: dist.Store, kind: str, ranks) -> list[str]:
-    return [store.get(f"{_PREFIX}{kind}/{r}").decode() for r in ranks]
+# What each kind of key the ranks publish holds (for errors).
+_PUBLISHED = {"host": "host key", "segment": "segment's path", "status": "set-up status"}
 
 
-def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options) -> _C.ShmEngine:
+class _Clock:
+    """The rendezvous' one deadline: every wait gets what is left of the group
+    timeout, so set-up fails within it whoever stops answering."""
+
+    def __init__(self, rank: int, timeout: datetime.timedelta) -> None:
+        self.rank = rank
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout.total_seconds()
+
+
+def _get_all(store: dist.Store, kind: str, ranks, clock: _Clock) -> list[str]:
+    """What `ranks` published as `kind`; a clear DistStoreError naming the
+    missing ranks if they have not by the deadline (dead or stuck)."""
+    keys = [f"{_PREFIX}{kind}/{r}" for r in ranks]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=max(clock.deadline - time.monotonic(), 0.001)))
+    except Exception as error:  # the store's timeout error
+        missing = [r for r, key in zip(ranks, keys) if not store.check([key])]
+        raise dist.DistStoreError(
+            f"fastcomm: shared-memory set-up on rank {clock.rank}: rank(s) {missing} did not publish their "
+            f"{_PUBLISHED[kind]} within the group timeout ({clock.timeout.total_seconds():g} s); they died or are "
+            f"stuck ({str(error).strip()[:200]})"
+        ) from None
+    return [store.get(key).decode() for key in keys]
+
+
+def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: _Clock) -> _C.ShmEngine:
     spin = len(local) <= len(os.sched_getaffinity(0))  # spinning on oversubscribed cores starves peers
     segment_key = f"{_PREFIX}segment/{local[0]}"
     if local_rank == 0:
@@ -73,7 +100,7 @@ def _connect(store: dist.Store, local: list[int], local_rank: int, options: Opti
             raise
         store.set(segment_key, f"{engine.segment_name} {engine.nonce}")
         return engine
-    published = store.get(segment_key).decode()
+    (published,) = _get_all(store, "segment", [local[0]], clock)
     if published.startswith("error "):
         raise RuntimeError(f"rank {local[0]} could not create the segment: {published[6:]}")
     name, nonce = published.split()
@@ -88,15 +115,16 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         # Its own host: the engine makes every collective a local copy, without
         # Gloo's thread hand-off (~20 us per op).
         return ShmPlan(engine=_C.ShmEngine.create(1, options.shm_slot_bytes, [0], True, True))
+    clock = _Clock(rank, timeout)
     store.set(f"{_PREFIX}host/{rank}", _host_key(rank, options))
-    keys = _get_all(store, "host", range(size))
+    keys = _get_all(store, "host", range(size), clock)
     hosts = list(dict.fromkeys(keys))  # in order of each host's lowest rank
     local = [r for r in range(size) if keys[r] == keys[rank]]
     local_rank = local.index(rank)
     engine, status = None, "ok"
     try:
         if len(local) > 1:
-            engine = _connect(store, local, local_rank, options)
+            engine = _connect(store, local, local_rank, options, clock)
         elif 1 < len(hosts) < size:
             # Alone on its host in a hierarchical group: a one-rank engine, so
             # the hierarchical algorithms run the same steps on every host.
@@ -105,7 +133,7 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         status = f"rank {rank}: {error}"
     store.set(f"{_PREFIX}status/{rank}", status)
     # The creator waits here too, keeping its descriptor (and so the /proc path) open while peers attach.
-    statuses = _get_all(store, "status", range(size))
+    statuses = _get_all(store, "status", range(size), clock)
     failures = [s for s in statuses if s != "ok"]
     if failures:
         reason = f"shared-memory engine disabled for this group: {failures[0]}"
@@ -120,6 +148,14 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         return ShmPlan()
     leaders = None
     if local_rank == 0:
-        leaders = make_gloo(store, f"{_PREFIX}leaders/", hosts.index(keys[rank]), len(hosts), timeout, options)
+        host = hosts.index(keys[rank])
+        try:
+            leaders = make_gloo(store, f"{_PREFIX}leaders/", host, len(hosts), timeout, options)
+        except Exception as error:
+            raise dist.DistNetworkError(
+                f"fastcomm: set-up on rank {rank}: the host leaders' Gloo group (this rank leads host {host} of "
+                f"{len(hosts)}) could not be made; another host's leader died or is unreachable: "
+                f"{str(error).strip()[:300]}"
+            ) from None
     host_of_rank = [hosts.index(k) for k in keys]
     return ShmPlan(engine=engine, leaders=leaders, host_of_rank=host_of_rank)

@@ -11,7 +11,7 @@ An optional `rate` ("1gbit", "10gbit") shapes every link in both directions
 with tc's token bucket.
 
     with NamespaceHosts(2, rate="1gbit") as hosts:
-        procs = [hosts.launch(h, ["python", "job.py"]) for h in range(2)]
+        codes, logs = hosts.torchrun([2, 2], ["job.py", "--flag"], cwd=out_dir, timeout=300)
 
 Everything is removed on exit, on an exception and at interpreter exit
 (atexit): the processes (each host's pid namespace dies with its first
@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 INTERFACE = "fc0"  # each host's interface to the switch
 SUBNET = "10.213.0"
@@ -151,3 +152,45 @@ class NamespaceHosts:
         self._made.clear()
         for name in self.names:
             shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+    def torchrun(self, layout: list[int], program: list[str], cwd: str, timeout: float, env: dict | None = None,
+                 port: int = 29400) -> tuple[list[int | None], list[str]]:
+        """Runs `program` (a Python script and its arguments) with torchrun on hosts
+        0..len(layout)-1, layout[h] ranks on host h, as a user would (c10d
+        rendezvous at host 0); waits at most `timeout` seconds. Returns each
+        host's exit status (None: still running, then killed) and output."""
+        environment = dict(os.environ if env is None else env, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        logs = [os.path.join(cwd, f"host{h}.log") for h in range(len(layout))]
+        procs = []
+        for h, nproc in enumerate(layout):
+            with open(logs[h], "w") as log:
+                procs.append(self.launch(h, torchrun_command(len(layout), h, nproc, program, port), env=environment,
+                                         cwd=cwd, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        codes = [p.poll() for p in procs]
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait(timeout=10)
+        outputs = []
+        for path in logs:
+            with open(path) as f:
+                outputs.append(f.read())
+        return codes, outputs
+
+
+def torchrun_command(hosts: int, host: int, nproc: int, program: list[str], port: int = 29400) -> list[str]:
+    """torchrun as a user runs it on host `host` of `hosts`: c10d rendezvous at
+    host 0's address; since the hostname resolves to 127.0.1.1, host 0 is told
+    it hosts the store (is_host) and every host its own address (--local-addr,
+    which torchrun hands the workers as the master address)."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={hosts}", f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={address(0)}:{port}", "--rdzv-id=fastcomm",
+        f"--rdzv-conf=is_host={1 if host == 0 else 0}",
+        f"--local-addr={address(host)}", "--max-restarts=0",
+        *program,
+    ]

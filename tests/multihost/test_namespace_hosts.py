@@ -10,10 +10,8 @@ Needs root; skipped elsewhere.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -35,33 +33,12 @@ _why_not = namespace_hosts.available()
 pytestmark = pytest.mark.skipif(bool(_why_not), reason=f"namespace hosts: {_why_not}")
 
 
-def torchrun_command(hosts: int, host: int, nproc: int, program: list[str], port: int = 29400) -> list[str]:
-    """torchrun as a user runs it on host `host` of `hosts` (c10d rendezvous at host 0)."""
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={hosts}", f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={namespace_hosts.address(0)}:{port}", "--rdzv-id=fastcomm-test",
-        f"--rdzv-conf=is_host={1 if host == 0 else 0}",  # the hostname resolves to 127.0.1.1: say who hosts
-        f"--local-addr={namespace_hosts.address(host)}", "--max-restarts=0",
-        *program,
-    ]
-
-
 def run_job(layout: list[int], out_dir: str) -> tuple[dict[int, dict], str]:
     """Runs every check on namespace hosts of `layout`; returns each rank's report and the job's output."""
     program = [os.path.join(HERE, "programs", "run_checks.py"), out_dir, *CHECKS]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    logs = [os.path.join(out_dir, f"host{h}.log") for h in range(len(layout))]
     with namespace_hosts.NamespaceHosts(len(layout)) as hosts:
-        procs = []
-        for h, nproc in enumerate(layout):
-            with open(logs[h], "w") as log:
-                procs.append(hosts.launch(h, torchrun_command(len(layout), h, nproc, program), env=env,
-                                          cwd=out_dir, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            time.sleep(0.5)
-    output = "".join(f"--- host {h}:\n{open(path).read()[-6000:]}\n" for h, path in enumerate(logs))
+        codes, logs = hosts.torchrun(layout, program, cwd=out_dir, timeout=JOB_TIMEOUT)
+    output = f"exit statuses {codes}\n" + "".join(f"--- host {h}:\n{log[-6000:]}\n" for h, log in enumerate(logs))
     reports = {}
     for name in os.listdir(out_dir):
         if name.startswith("rank") and name.endswith(".json"):

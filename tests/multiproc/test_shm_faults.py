@@ -73,3 +73,31 @@ def test_mismatched_calls_fail_on_every_rank_and_group_survives(tmp_path, world_
             assert re.search(pattern, error), (pattern, error)
             assert seconds < 5.0, text
         assert f"AFTER {rank} group works" in text, text
+
+
+SETUP_STEPS = ["after_host_keys", "after_create", "before_attach", "after_attach", "during_statuses",
+               "during_leaders", "after_setup"]
+
+
+@pytest.mark.parametrize("step", SETUP_STEPS)
+def test_creator_killed_at_any_setup_step_leaves_nothing(step, tmp_path):
+    """programs/setup_kills.py: the segment's creator (rank 0 of 3) is SIGKILLed at
+    `step` of the rendezvous. Both survivors fail with an error (no hang) within the
+    group timeout (4 s) plus start-up slack, and /dev/shm holds nothing new, while
+    they run or after everyone has ended (segments are memfds)."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(PROGRAMS, "setup_kills.py"), step, str(tmp_path / "store")],
+        capture_output=True, text=True, timeout=150,
+    )
+    text = out.stdout + out.stderr
+    assert "HUNG" not in out.stdout, text
+    results = dict(re.findall(r"RESULT (\d+) (.*)", out.stdout))
+    assert sorted(results) == ["1", "2"], text
+    for rank, line in results.items():
+        assert line != "ok", text
+        seconds, error = _seconds_and_error(line)
+        assert seconds < 4.0 + 6.0, text
+        assert re.search(r"rank\(?s?\)? \[?0\b|closed by peer|Connection reset|died or is unreachable", error), text
+    before = re.search(r"SHM_BEFORE (\d+)", out.stdout).group(1)
+    assert re.findall(r"SHM [12] (\d+)", out.stdout) == [before, before], text
+    assert re.search(r"SHM_AFTER (\d+)", out.stdout).group(1) == before, text
