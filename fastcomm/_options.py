@@ -20,6 +20,10 @@ class Options:
     # all_reduce of S bytes on P ranks runs one-shot while S * (P-1)^2 <= this, else two-shot.
     # Measured: docs/algorithms.md.
     shm_oneshot_max_bytes: int = 128 << 10
+    # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
+    # leaders' network step of one piece overlaps the shared-memory steps of the
+    # next. Measured: docs/algorithms.md.
+    pipeline_piece_bytes: int = 16 << 20
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0
     # Network interfaces of fastcomm's internal Gloo groups, comma-separated
@@ -77,6 +81,7 @@ def read_options() -> Options:
         shm=_flag("FASTCOMM_SHM", Options.shm),
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
+        pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),
         socket_ifname=_interfaces(),
     )

@@ -1,22 +1,24 @@
 // allgather_hierarchical: all_gather / all_gather_into_tensor over several
 // hosts, pipelined.
 //
-// Each rank's input (B bytes) is cut into pieces of at most slot/N bytes; per
-// piece k, in run_pipelined's frame (hierarchical.h):
-//   before(k): inside each host every rank writes its piece into its slot,
-//              one round, every rank copies its host's P pieces to their
-//              places in its output (the host's own data never leaves it);
+// Each rank's input (B bytes) is cut into pieces (hierarchical.h); per piece
+// k, in run_pipelined's frame:
+//   before(k): inside each host, slot by slot, every rank writes its piece
+//              into its slot, one round, every rank copies its host's P
+//              pieces to their places in its output (the host's own data
+//              never leaves it);
 //   leaders:   each leader sends its host's P pieces (from its output) to
 //              every other leader and receives theirs straight into its
 //              output, not waited for (Gloo send/recv, any host sizes);
-//   after(k):  inside each host the leader writes the other hosts' N-P pieces
-//              into its slot, one round, the others copy them out.
+//   after(k):  inside each host the leader broadcasts the other hosts' N-P
+//              pieces through its slot.
 // Network bytes per leader: sends (H-1)*P*B, receives (N-P)*B; Gloo's ring
 // moves (N-1)*B through every rank's link.
 #include <vector>
 
 #include "algorithms/hierarchical.h"
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 
 namespace fastcomm {
 
@@ -24,8 +26,8 @@ namespace {
 
 class AllgatherHierarchical final : public ShmAlgorithm {
  public:
-  AllgatherHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), hosts_(topology_) {}
+  AllgatherHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
 
   const char* name() const override {
     return "allgather_hierarchical";
@@ -50,21 +52,20 @@ class AllgatherHierarchical final : public ShmAlgorithm {
     auto block_range = [&](int r, size_t offset, size_t len) {
       return base ? byte_range(c.outputs[0], r * total + offset, len) : byte_range(c.output_lists[0][r], offset, len);
     };
-    const size_t piece = pipeline_piece_bytes(total, engine.slot_bytes() / n, element);
+    std::vector<char*> host_blocks(mine.size());  // where each local rank's bytes go
+    for (size_t q = 0; q < mine.size(); ++q) host_blocks[q] = block(mine[q]);
+    const size_t piece = pipeline_piece_bytes(total, max_piece_, element);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
 
     PipelinedSteps steps;
     steps.pieces = pieces_of(total, piece);
     steps.inside_before = [&](size_t k) {
-      const size_t offset = k * piece, len = length(k);
-      engine.start_use();
-      copy_bytes(engine.my_slot(), byte_ptr(input) + offset, len);
-      engine.round();
-      for (int q = 0; q < engine.local_size(); ++q) {
-        char* to = block(mine[q]) + offset;
-        if (to != byte_ptr(input) + offset) copy_bytes(to, engine.slot_of(q), len);
-      }
+      const size_t offset = k * piece;
+      std::vector<char*> to(host_blocks.size());
+      for (size_t q = 0; q < to.size(); ++q) to[q] = host_blocks[q] + offset;
+      // In place (the input is this rank's block of the output), shm_gather_chunks skips that copy.
+      shm_gather_chunks(engine, byte_ptr(input) + offset, length(k), to, kEveryRank);
     };
     steps.start_among_leaders = [&](size_t k) {
       const size_t offset = k * piece, len = length(k);
@@ -80,24 +81,9 @@ class AllgatherHierarchical final : public ShmAlgorithm {
       return works;
     };
     steps.inside_after = [&](size_t k) {
-      const size_t offset = k * piece, len = length(k);
-      const bool alone = engine.local_size() == 1;  // nothing to pass on
-      engine.start_use();
-      if (topology_.leads_host() && !alone) {
-        size_t at = 0;
-        for (int r : hosts_.host_order) {
-          if (topology_.host_of_rank[r] == me) continue;
-          copy_bytes(engine.my_slot() + at, block(r) + offset, len);
-          at += len;
-        }
-      }
-      engine.round();
-      if (topology_.leads_host()) return;  // its output got the pieces from Gloo
-      size_t at = 0;
+      if (engine.local_size() == 1) return;  // nobody to pass the pieces on to
       for (int r : hosts_.host_order) {
-        if (topology_.host_of_rank[r] == me) continue;
-        copy_bytes(block(r) + offset, engine.slot_of(0) + at, len);
-        at += len;
+        if (topology_.host_of_rank[r] != me) shm_broadcast_chunks(engine, block(r) + k * piece, length(k), 0);
       }
     };
     return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), steps);
@@ -105,13 +91,15 @@ class AllgatherHierarchical final : public ShmAlgorithm {
 
  private:
   c10::intrusive_ptr<c10d::Backend> leaders_;
+  const size_t max_piece_;
   HostLayout hosts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders) {
-  return std::make_unique<AllgatherHierarchical>(std::move(topology), std::move(leaders));
+std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                       int64_t max_piece) {
+  return std::make_unique<AllgatherHierarchical>(std::move(topology), std::move(leaders), max_piece);
 }
 
 }  // namespace fastcomm

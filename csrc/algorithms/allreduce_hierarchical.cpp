@@ -1,9 +1,10 @@
 // allreduce_hierarchical: all_reduce over several hosts, pipelined.
 //
-// The tensor (S bytes) is cut into pieces (hierarchical.h: up to one slot, about
-// S/4); per piece k, in run_pipelined's frame:
+// The tensor (S bytes) is cut into pieces (hierarchical.h: about S/4, at most
+// FASTCOMM_PIPELINE_PIECE_BYTES); per piece k, in run_pipelined's frame:
 //   before(k): inside each host, reduce piece k to the host's leader through
-//              the segment (each rank writes the piece, the leader reads P);
+//              the segment, slot by slot (each rank writes the piece, the
+//              leader reads P);
 //   leaders:   all_reduce piece k among the leaders with Gloo, not waited for
 //              (network per leader: 2*(H-1)/H of the piece, ring);
 //   after(k):  inside each host, broadcast the leader's piece k.
@@ -21,8 +22,8 @@ namespace {
 
 class AllreduceHierarchical final : public ShmAlgorithm {
  public:
-  AllreduceHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)) {}
+  AllreduceHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece) {}
 
   const char* name() const override {
     return "allreduce_hierarchical";
@@ -36,7 +37,7 @@ class AllreduceHierarchical final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const size_t piece = pipeline_piece_bytes(r.total, engine.slot_bytes(), r.element);
+    const size_t piece = pipeline_piece_bytes(r.total, max_piece_, r.element);
     auto piece_of = [&](size_t k) {
       ShmReduction p = r;
       p.data = r.data + k * piece;
@@ -63,12 +64,14 @@ class AllreduceHierarchical final : public ShmAlgorithm {
 
  private:
   c10::intrusive_ptr<c10d::Backend> leaders_;
+  const size_t max_piece_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders) {
-  return std::make_unique<AllreduceHierarchical>(std::move(topology), std::move(leaders));
+std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                       int64_t max_piece) {
+  return std::make_unique<AllreduceHierarchical>(std::move(topology), std::move(leaders), max_piece);
 }
 
 }  // namespace fastcomm

@@ -91,9 +91,8 @@ int HostLayout::largest_host() const {
   return largest;
 }
 
-size_t pipeline_piece_bytes(size_t per_rank, size_t cap, size_t element) {
-  size_t piece = std::max(kMinPieceBytes, per_rank / 4);
-  piece = std::min(piece, cap);
+size_t pipeline_piece_bytes(size_t per_rank, size_t max_piece, size_t element) {
+  const size_t piece = std::min(std::max(kMinPieceBytes, per_rank / 4), std::max(max_piece, element));
   return std::max(element, piece / element * element);
 }
 

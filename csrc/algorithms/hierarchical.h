@@ -74,11 +74,13 @@ struct HostLayout {
   int largest_host() const;
 };
 
-// Bytes per rank per piece of a pipelined algorithm: at most `cap` (what one
-// round can carry per rank), about a quarter of `per_rank` so the network
-// and shared memory overlap, at least kMinPieceBytes, a multiple of `element`.
-constexpr size_t kMinPieceBytes = size_t{64} << 10;
-size_t pipeline_piece_bytes(size_t per_rank, size_t cap, size_t element);
+// Bytes per rank per piece of a pipelined algorithm: about a quarter of
+// `per_rank` (so the network and shared memory overlap), at least
+// kMinPieceBytes (fewer, larger Gloo messages for small tensors), at most
+// `max_piece` (Config::pipeline_piece_bytes), a multiple of `element`. A piece
+// may span several rounds of the engine.
+constexpr size_t kMinPieceBytes = size_t{128} << 10;
+size_t pipeline_piece_bytes(size_t per_rank, size_t max_piece, size_t element);
 
 // Number of pieces of `total` bytes cut into `piece`-byte pieces (at least 1).
 inline size_t pieces_of(size_t total, size_t piece) {

@@ -2,16 +2,18 @@
 // several hosts, pipelined.
 //
 // Rank r keeps block r (B bytes) of the reduction of everyone's N blocks.
-// Blocks are cut into pieces of at most slot/N bytes; per piece k, in
-// run_pipelined's frame (hierarchical.h):
-//   before(k): inside each host every rank writes piece k of all N blocks
-//              into its slot, in host order, one round, the leader reduces the
-//              P slots (local rank order) into its host's partial of the piece;
+// Blocks are cut into pieces (hierarchical.h's size for the whole input of N
+// blocks, divided by N); per piece k, in run_pipelined's frame:
+//   before(k): inside each host, slot by slot, every rank writes its part of
+//              piece k of all N blocks into its slot, in host order, one
+//              round, the leader reduces the P slots (local rank order) into
+//              its host's partial of the piece;
 //   leaders:   each leader sends every other host g the partial of g's blocks
 //              (P_g pieces) and receives the other hosts' partials of its own
 //              host's blocks, not waited for (Gloo send/recv, any host sizes);
-//   after(k):  the leader reduces the H partials of its host's blocks in host
-//              order into its slot, one round, each local rank copies its piece.
+//   after(k):  slot by slot, the leader reduces the H partials of its host's
+//              blocks in host order into its slot, one round, each local rank
+//              copies its part.
 // Each result is computed once, by its host's leader. Network bytes per
 // leader: sends (N-P)*B, receives (H-1)*P*B; Gloo's ring moves (N-1)*B
 // through every rank's link.
@@ -19,6 +21,7 @@
 
 #include "algorithms/hierarchical.h"
 #include "algorithms/registry.h"
+#include "algorithms/shm_blocks.h"
 #include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
@@ -27,8 +30,8 @@ namespace {
 
 class ReduceScatterHierarchical final : public ShmAlgorithm {
  public:
-  ReduceScatterHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), hosts_(topology_) {}
+  ReduceScatterHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
 
   const char* name() const override {
     return "reduce_scatter_hierarchical";
@@ -46,49 +49,59 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
     shm::Engine& engine = *topology_.engine;
     const int n = topology_.group_size, me = hosts_.my_host, hosts = hosts_.hosts();
     const int local_size = engine.local_size();
+    const bool leads = topology_.leads_host();
     const at::Tensor& output = c.outputs[0];
     const auto dtype = output.scalar_type();
     const auto kind = *cpu_kernel_reduction(c.reduce_op, dtype);
     const size_t total = output.nbytes(), element = output.element_size();
     const bool base = c.type == c10d::OpType::_REDUCE_SCATTER_BASE;
     auto block = [&](int r) { return base ? byte_ptr(c.inputs[0]) + r * total : byte_ptr(c.input_lists[0][r]); };
-    const size_t piece = pipeline_piece_bytes(total, engine.slot_bytes() / n, element);
+    // Pieces are cut from the whole input (N blocks), so the leader's buffers stay within 4 pieces' bytes.
+    const size_t piece = std::max(element, pipeline_piece_bytes(total * n, max_piece_, element) / n / element * element);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes / element); };
+    // Bytes per block per round: N blocks fit one slot before, P blocks after.
+    auto per_round = [&](int blocks) { return std::max(element, engine.slot_bytes() / blocks / element * element); };
 
-    // The leader's buffers, two of each: piece k+1 is reduced while piece k's are on the wire.
-    at::Tensor partial, received;  // [2][N pieces in host order], [2][H-1][P pieces]
-    if (topology_.leads_host()) {
+    // The leader's buffers, two of each: piece k+1 is reduced while piece k's
+    // are on the wire. partial[i]: the host's sum of piece k of all N blocks
+    // (host order, `len` apart); received[i]: the other hosts' partials of
+    // this host's P blocks (host g's at other_index(g) * P * len).
+    at::Tensor partial, received;
+    if (leads) {
       const auto bytes = at::TensorOptions().dtype(at::kByte);
       partial = at::empty({2, static_cast<int64_t>(n * piece)}, bytes);
       received = at::empty({2, static_cast<int64_t>((hosts - 1) * local_size * piece)}, bytes);
     }
-    // Host g's slice of `buffer` (a piece of its blocks, len bytes each): its index among the other hosts.
     auto other_index = [&](int g) { return g < me ? g : g - 1; };
 
     PipelinedSteps steps;
     steps.pieces = pieces_of(total, piece);
     steps.inside_before = [&](size_t k) {
       const size_t offset = k * piece, len = length(k);
-      engine.start_use();
-      for (int j = 0; j < n; ++j) copy_bytes(engine.my_slot() + j * len, block(hosts_.host_order[j]) + offset, len);
-      engine.round();
-      if (!topology_.leads_host()) return;
+      char* sums = leads ? byte_ptr(partial[k % 2]) : nullptr;
       std::vector<const void*> slots(local_size);
-      for (int q = 0; q < local_size; ++q) slots[q] = engine.slot_of(q);
-      kernels::reduce(dtype, kind, slots.data(), local_size, partial[k % 2].data_ptr(), count(n * len));
+      for_each_chunk(len, per_round(n), [&](size_t at, size_t part) {
+        engine.start_use();
+        for (int j = 0; j < n; ++j) copy_bytes(engine.my_slot() + j * part, block(hosts_.host_order[j]) + offset + at, part);
+        engine.round();
+        if (!leads) return;
+        for (int j = 0; j < n; ++j) {
+          for (int q = 0; q < local_size; ++q) slots[q] = engine.slot_of(q) + j * part;
+          kernels::reduce(dtype, kind, slots.data(), local_size, sums + j * len + at, count(part));
+        }
+      });
     };
     steps.start_among_leaders = [&](size_t k) {
       const size_t len = length(k);
       LeaderWorks works;
       if (len == 0) return works;
-      const at::Tensor& mine = partial[k % 2];
-      const at::Tensor& theirs = received[k % 2];
+      const at::Tensor sums = partial[k % 2], theirs = received[k % 2];
       const size_t host_bytes = local_size * len;
       for (int g = 0; g < hosts; ++g) {
         if (g == me) continue;
         const size_t g_bytes = hosts_.size_of(g) * len;
-        works.push_back(leaders_send(*leaders_, byte_range(mine, hosts_.first_of_host[g] * len, g_bytes), g,
+        works.push_back(leaders_send(*leaders_, byte_range(sums, hosts_.first_of_host[g] * len, g_bytes), g,
                                      static_cast<int>(k)));
         works.push_back(leaders_recv(*leaders_, byte_range(theirs, other_index(g) * host_bytes, host_bytes), g,
                                      static_cast<int>(k)));
@@ -97,32 +110,37 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
     };
     steps.inside_after = [&](size_t k) {
       const size_t offset = k * piece, len = length(k);
-      engine.start_use();
-      if (topology_.leads_host()) {
-        const size_t host_bytes = local_size * len;
-        std::vector<const void*> partials(hosts);
-        for (int g = 0; g < hosts; ++g) {
-          partials[g] = g == me ? byte_ptr(partial[k % 2]) + hosts_.first_of_host[me] * len
-                                : byte_ptr(received[k % 2]) + other_index(g) * host_bytes;
+      std::vector<const void*> partials(hosts);
+      for_each_chunk(len, per_round(local_size), [&](size_t at, size_t part) {
+        engine.start_use();
+        if (leads) {
+          for (int q = 0; q < local_size; ++q) {  // host g's partial of local rank q's block, in host order
+            for (int g = 0; g < hosts; ++g) {
+              partials[g] = g == me ? byte_ptr(partial[k % 2]) + (hosts_.first_of_host[me] + q) * len + at
+                                    : byte_ptr(received[k % 2]) + (other_index(g) * local_size + q) * len + at;
+            }
+            kernels::reduce(dtype, kind, partials.data(), hosts, engine.my_slot() + q * part, count(part));
+          }
         }
-        kernels::reduce(dtype, kind, partials.data(), hosts, engine.my_slot(), count(host_bytes));
-      }
-      engine.round();
-      copy_bytes(byte_ptr(output) + offset, engine.slot_of(0) + engine.local_rank() * len, len);
+        engine.round();
+        copy_bytes(byte_ptr(output) + offset + at, engine.slot_of(0) + engine.local_rank() * part, part);
+      });
     };
     return run_pipelined(topology_, c, shm_describe(c, total * n, total, -1), steps);
   }
 
  private:
   c10::intrusive_ptr<c10d::Backend> leaders_;
+  const size_t max_piece_;
   HostLayout hosts_;
 };
 
 }  // namespace
 
 std::unique_ptr<Algorithm> make_reduce_scatter_hierarchical(ShmTopology topology,
-                                                            c10::intrusive_ptr<c10d::Backend> leaders) {
-  return std::make_unique<ReduceScatterHierarchical>(std::move(topology), std::move(leaders));
+                                                            c10::intrusive_ptr<c10d::Backend> leaders,
+                                                            int64_t max_piece) {
+  return std::make_unique<ReduceScatterHierarchical>(std::move(topology), std::move(leaders), max_piece);
 }
 
 }  // namespace fastcomm

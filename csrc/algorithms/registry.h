@@ -31,11 +31,15 @@ std::unique_ptr<Algorithm> make_reduce_scatter_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_alltoall_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_barrier_shm(ShmTopology topology);
 // Several hosts: shared memory inside each, `leaders` (Gloo, one rank per host) between them.
-std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
+// max_piece: Config::pipeline_piece_bytes (the pipelined ones).
+std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                       int64_t max_piece);
 std::unique_ptr<Algorithm> make_broadcast_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
-std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
+std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                       int64_t max_piece);
 std::unique_ptr<Algorithm> make_reduce_scatter_hierarchical(ShmTopology topology,
-                                                            c10::intrusive_ptr<c10d::Backend> leaders);
+                                                            c10::intrusive_ptr<c10d::Backend> leaders,
+                                                            int64_t max_piece);
 std::unique_ptr<Algorithm> make_barrier_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 
 }  // namespace fastcomm

@@ -8,6 +8,7 @@
 // bitwise identical wherever they are computed.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -15,6 +16,18 @@
 #include "transport/shm/engine.h"
 
 namespace fastcomm {
+
+// Calls body(offset, len) for consecutive chunks of at most `chunk` bytes
+// covering [0, total); once, with len 0, when total is 0 (a round still runs).
+template <class Body>
+void for_each_chunk(size_t total, size_t chunk, Body&& body) {
+  size_t offset = 0;
+  do {
+    const size_t len = std::min(chunk, total - offset);
+    body(offset, len);
+    offset += len;
+  } while (offset < total);
+}
 
 // Who receives the result of a rooted building block.
 constexpr int kEveryRank = -1;

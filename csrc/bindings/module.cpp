@@ -71,6 +71,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm", &Config::shm)
       .def_readwrite("shm_slot_bytes", &Config::shm_slot_bytes)
       .def_readwrite("shm_oneshot_max_bytes", &Config::shm_oneshot_max_bytes)
+      .def_readwrite("pipeline_piece_bytes", &Config::pipeline_piece_bytes)
       .def_readwrite("ranks_per_host", &Config::ranks_per_host)
       .def_readwrite("socket_ifname", &Config::socket_ifname)
       .def_readwrite("host_of_rank", &Config::host_of_rank)
