@@ -1,8 +1,8 @@
 // allgather_hierarchical: all_gather / all_gather_into_tensor over several
 // hosts, pipelined.
 //
-// Each rank's input (B bytes) is cut into pieces (hierarchical.h); per piece
-// k, in run_pipelined's frame:
+// Each rank's input (B bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES;
+// per piece k, in run_pipelined's frame (hierarchical.h):
 //   before(k): inside each host, slot by slot, every rank writes its piece
 //              into its slot, one round, every rank copies its host's P
 //              pieces to their places in its output (the host's own data
@@ -54,7 +54,7 @@ class AllgatherHierarchical final : public ShmAlgorithm {
     };
     std::vector<char*> host_blocks(mine.size());  // where each local rank's bytes go
     for (size_t q = 0; q < mine.size(); ++q) host_blocks[q] = block(mine[q]);
-    const size_t piece = pipeline_piece_bytes(total, max_piece_, element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
 
@@ -86,7 +86,7 @@ class AllgatherHierarchical final : public ShmAlgorithm {
         if (topology_.host_of_rank[r] != me) shm_broadcast_chunks(engine, block(r) + k * piece, length(k), 0);
       }
     };
-    return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), steps);
+    return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), leaders_.get(), steps);
   }
 
  private:

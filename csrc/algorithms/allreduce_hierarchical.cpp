@@ -1,7 +1,7 @@
 // allreduce_hierarchical: all_reduce over several hosts, pipelined.
 //
-// The tensor (S bytes) is cut into pieces (hierarchical.h: about S/4, at most
-// FASTCOMM_PIPELINE_PIECE_BYTES); per piece k, in run_pipelined's frame:
+// The tensor (S bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES;
+// per piece k, in run_pipelined's frame (hierarchical.h):
 //   before(k): inside each host, reduce piece k to the host's leader through
 //              the segment, slot by slot (each rank writes the piece, the
 //              leader reads P);
@@ -37,7 +37,7 @@ class AllreduceHierarchical final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const size_t piece = pipeline_piece_bytes(r.total, max_piece_, r.element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, r.element);
     auto piece_of = [&](size_t k) {
       ShmReduction p = r;
       p.data = r.data + k * piece;
@@ -59,7 +59,7 @@ class AllreduceHierarchical final : public ShmAlgorithm {
       const ShmReduction p = piece_of(k);
       shm_broadcast_chunks(engine, p.data, p.total, 0);
     };
-    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, 0), steps);
+    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, 0), leaders_.get(), steps);
   }
 
  private:

@@ -36,7 +36,7 @@ class BarrierHierarchical final : public ShmAlgorithm {
       leaders_->barrier(options)->wait(c.timeout);
     };
     steps.inside_after = one_round;
-    return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), steps);
+    return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), leaders_.get(), steps);
   }
 
  private:

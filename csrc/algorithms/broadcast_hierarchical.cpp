@@ -49,7 +49,7 @@ class BroadcastHierarchical final : public ShmAlgorithm {
       std::vector<at::Tensor> tensors{t};
       leaders_->broadcast(tensors, options)->wait(c.timeout);
     };
-    return run_hierarchical(topology_, c, shm_describe(c, total, total, local_root), steps);
+    return run_hierarchical(topology_, c, shm_describe(c, total, total, local_root), leaders_.get(), steps);
   }
 
  private:

@@ -1,17 +1,77 @@
 #include "algorithms/hierarchical.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace fastcomm {
 
+namespace {
+
+// The leaders' comparison of one op across hosts (see hierarchical.h).
+class CrossHostCheck {
+ public:
+  CrossHostCheck(c10d::Backend* leaders, const Collective& c, const shm::OpDescriptor& descriptor)
+      : leaders_(leaders), c_(c), mine_(descriptor) {
+    if (!leaders_) return;
+    mine_.op_index = 0;  // engines count ops per host
+    const bool rooted = c.type == c10d::OpType::BROADCAST || c.type == c10d::OpType::REDUCE ||
+                        c.type == c10d::OpType::GATHER || c.type == c10d::OpType::SCATTER;
+    mine_.root = rooted ? static_cast<int32_t>(c.peer) : -1;
+    at::Tensor encoded = at::tensor({static_cast<int64_t>(mine_.type), static_cast<int64_t>(mine_.dtype),
+                                     static_cast<int64_t>(mine_.reduce_op), static_cast<int64_t>(mine_.root),
+                                     static_cast<int64_t>(mine_.input_bytes), static_cast<int64_t>(mine_.output_bytes)},
+                                    at::kLong);
+    inputs_ = {encoded};
+    outputs_.resize(1);
+    for (int h = 0; h < leaders_->getSize(); ++h) outputs_[0].push_back(at::empty_like(encoded));
+    c10d::AllgatherOptions options;
+    options.timeout = c.timeout;
+    work_ = leaders_->allgather(outputs_, inputs_, options);
+  }
+
+  // Waits for the exchange; throws if a host called something else.
+  void verify() {
+    if (!work_) return;
+    work_->wait(c_.timeout);
+    work_.reset();
+    const at::Tensor& mine = inputs_[0];
+    for (int h = 0; h < static_cast<int>(outputs_[0].size()); ++h) {
+      if (at::equal(outputs_[0][h], mine)) continue;
+      const auto* v = outputs_[0][h].data_ptr<int64_t>();
+      shm::OpDescriptor theirs{};
+      theirs.type = static_cast<int32_t>(v[0]);
+      theirs.dtype = static_cast<int32_t>(v[1]);
+      theirs.reduce_op = static_cast<int32_t>(v[2]);
+      theirs.root = static_cast<int32_t>(v[3]);
+      theirs.input_bytes = static_cast<uint64_t>(v[4]);
+      theirs.output_bytes = static_cast<uint64_t>(v[5]);
+      throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ",
+                                        leaders_->getRank(), "'s ranks called ", shm::describe(mine_), ", host ", h,
+                                        "'s ranks called ", shm::describe(theirs)));
+    }
+  }
+
+ private:
+  c10d::Backend* leaders_;
+  const Collective& c_;
+  shm::OpDescriptor mine_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<std::vector<at::Tensor>> outputs_;
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+}  // namespace
+
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
-                          const HierarchicalSteps& steps) {
+                          c10d::Backend* leaders, const HierarchicalSteps& steps) {
   shm::Engine& engine = *topology.engine;
   return shm_run(engine, c, descriptor, [&]() {
+    CrossHostCheck check(topology.leads_host() ? leaders : nullptr, c, descriptor);
     if (steps.inside_before) steps.inside_before();
     if (topology.leads_host()) {
       try {
-        steps.among_leaders();
+        check.verify();
+        if (steps.among_leaders) steps.among_leaders();
       } catch (const std::exception& e) {
         engine.abort_op(c10::str("the ", c.name, " among host leaders failed: ", e.what()));
       }
@@ -37,7 +97,7 @@ void abort_all(std::vector<LeaderWorks>& in_flight) {
 }  // namespace
 
 Launched run_pipelined(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
-                       const PipelinedSteps& steps) {
+                       c10d::Backend* leaders, const PipelinedSteps& steps) {
   shm::Engine& engine = *topology.engine;
   const bool leads = topology.leads_host();
   return shm_run(engine, c, descriptor, [&]() {
@@ -50,11 +110,17 @@ Launched run_pipelined(const ShmTopology& topology, const Collective& c, const s
         engine.abort_op(c10::str("the ", c.name, " among host leaders failed: ", e.what()));
       }
     };
+    CrossHostCheck check(leads ? leaders : nullptr, c, descriptor);
     try {
       for (size_t k = 0; k <= steps.pieces; ++k) {
         if (k < steps.pieces) {
           if (steps.inside_before) steps.inside_before(k);
-          if (leads) as_leader([&]() { in_flight[k] = steps.start_among_leaders(k); });
+          if (leads) {
+            as_leader([&]() {
+              if (k == 0) check.verify();
+              in_flight[k] = steps.start_among_leaders(k);
+            });
+          }
         }
         if (k == 0) continue;
         if (leads) {
@@ -91,9 +157,8 @@ int HostLayout::largest_host() const {
   return largest;
 }
 
-size_t pipeline_piece_bytes(size_t per_rank, size_t max_piece, size_t element) {
-  const size_t piece = std::min(std::max(kMinPieceBytes, per_rank / 4), std::max(max_piece, element));
-  return std::max(element, piece / element * element);
+size_t pipeline_piece_bytes(size_t max_piece, size_t element) {
+  return std::max(element, max_piece / element * element);
 }
 
 at::Tensor byte_range(const at::Tensor& t, size_t offset, size_t bytes) {

@@ -23,6 +23,15 @@
 //   ...
 //   wait(K-1); inside_after(K-1).
 // On a failure the leader aborts the works still in flight and the op.
+//
+// Both frames first compare the op across hosts: each leader starts a small
+// Gloo all_gather of its descriptor (type, dtype, reduce op, group root,
+// sizes) before the first shared-memory step and checks it before its first
+// network step, so the check overlaps that step. A mismatch raises "ranks
+// disagree on the collective across hosts" on every leader, and through the
+// aborted op on every rank (unlike a mismatch inside a host, which leaves the
+// group usable, this one breaks it: the hosts' engines cannot agree to stop in
+// step without another network round trip per op).
 #pragma once
 
 #include <functional>
@@ -36,12 +45,13 @@ namespace fastcomm {
 
 struct HierarchicalSteps {
   std::function<void()> inside_before;  // may be empty
-  std::function<void()> among_leaders;
+  std::function<void()> among_leaders;  // may be empty (the cross-host check still runs)
   std::function<void()> inside_after;   // may be empty
 };
 
+// `leaders`: the leaders' Gloo group on a host's leader, null elsewhere.
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
-                          const HierarchicalSteps& steps);
+                          c10d::Backend* leaders, const HierarchicalSteps& steps);
 
 using LeaderWorks = std::vector<c10::intrusive_ptr<c10d::Work>>;
 
@@ -53,7 +63,7 @@ struct PipelinedSteps {
 };
 
 Launched run_pipelined(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
-                       const PipelinedSteps& steps);
+                       c10d::Backend* leaders, const PipelinedSteps& steps);
 
 // The hosts of a hierarchical group, as the algorithms that move per-rank
 // blocks see them. "Host order" lists the group's ranks host by host (each
@@ -74,13 +84,12 @@ struct HostLayout {
   int largest_host() const;
 };
 
-// Bytes per rank per piece of a pipelined algorithm: about a quarter of
-// `per_rank` (so the network and shared memory overlap), at least
-// kMinPieceBytes (fewer, larger Gloo messages for small tensors), at most
-// `max_piece` (Config::pipeline_piece_bytes), a multiple of `element`. A piece
-// may span several rounds of the engine.
-constexpr size_t kMinPieceBytes = size_t{128} << 10;
-size_t pipeline_piece_bytes(size_t per_rank, size_t max_piece, size_t element);
+// Bytes per rank per piece of a pipelined algorithm: `max_piece`
+// (Config::pipeline_piece_bytes) as a multiple of `element`. Messages up to one
+// piece run unpipelined: on a busy host each extra Gloo op costs more than the
+// overlap gains (measured: docs/algorithms.md). A piece may span several
+// rounds of the engine.
+size_t pipeline_piece_bytes(size_t max_piece, size_t element);
 
 // Number of pieces of `total` bytes cut into `piece`-byte pieces (at least 1).
 inline size_t pieces_of(size_t total, size_t piece) {

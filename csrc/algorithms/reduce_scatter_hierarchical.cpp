@@ -2,8 +2,8 @@
 // several hosts, pipelined.
 //
 // Rank r keeps block r (B bytes) of the reduction of everyone's N blocks.
-// Blocks are cut into pieces (hierarchical.h's size for the whole input of N
-// blocks, divided by N); per piece k, in run_pipelined's frame:
+// Blocks are cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES / N (a piece of
+// the whole input); per piece k, in run_pipelined's frame (hierarchical.h):
 //   before(k): inside each host, slot by slot, every rank writes its part of
 //              piece k of all N blocks into its slot, in host order, one
 //              round, the leader reduces the P slots (local rank order) into
@@ -56,8 +56,8 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
     const size_t total = output.nbytes(), element = output.element_size();
     const bool base = c.type == c10d::OpType::_REDUCE_SCATTER_BASE;
     auto block = [&](int r) { return base ? byte_ptr(c.inputs[0]) + r * total : byte_ptr(c.input_lists[0][r]); };
-    // Pieces are cut from the whole input (N blocks), so the leader's buffers stay within 4 pieces' bytes.
-    const size_t piece = std::max(element, pipeline_piece_bytes(total * n, max_piece_, element) / n / element * element);
+    // A piece is cut from the whole input (N blocks), so the leader's buffers stay within 4 pieces' bytes.
+    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes / element); };
     // Bytes per block per round: N blocks fit one slot before, P blocks after.
@@ -126,7 +126,7 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
         copy_bytes(byte_ptr(output) + offset + at, engine.slot_of(0) + engine.local_rank() * part, part);
       });
     };
-    return run_pipelined(topology_, c, shm_describe(c, total * n, total, -1), steps);
+    return run_pipelined(topology_, c, shm_describe(c, total * n, total, -1), leaders_.get(), steps);
   }
 
  private:

@@ -277,11 +277,13 @@ void ProcessGroupFastcomm::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 void ProcessGroupFastcomm::abort() {
+  if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
   transports_.gloo->abort();
   if (transports_.nccl) transports_.nccl->abort();
 }
 
 void ProcessGroupFastcomm::shutdown() {
+  if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
   transports_.gloo->shutdown();
   if (transports_.nccl) transports_.nccl->shutdown();
 }

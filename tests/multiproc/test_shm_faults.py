@@ -9,7 +9,7 @@ import pytest
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 
 
-def _run(scenario: str, world_size: int, tmp_path) -> tuple[str, dict[int, list[str]]]:
+def _run(scenario: str, world_size: int, tmp_path, shm_lines: int = 1) -> tuple[str, dict[int, list[str]]]:
     out = subprocess.run(
         [sys.executable, os.path.join(PROGRAMS, "shm_faults.py"), scenario, str(tmp_path / "store"), str(world_size)],
         capture_output=True, text=True, timeout=150,
@@ -19,7 +19,7 @@ def _run(scenario: str, world_size: int, tmp_path) -> tuple[str, dict[int, list[
     for rank, rest in re.findall(r"RESULT (\d+) (.*)", out.stdout):
         results.setdefault(int(rank), []).append(rest)
     # Nothing in /dev/shm: not after setup (checked on every rank), not at the end, even after a SIGKILL.
-    assert re.findall(r"SHM \d+ (\d+)", out.stdout) == ["0"] * world_size, text
+    assert re.findall(r"SHM \d+ (\d+)", out.stdout) == ["0"] * world_size * shm_lines, text
     assert "FINAL 0" in out.stdout, text
     return text, results
 
@@ -45,13 +45,29 @@ def test_dead_peer_fails_every_live_rank_quickly(tmp_path):
 
 
 def test_silent_peer_fails_every_live_rank_within_timeout(tmp_path):
+    """The first rank to reach its deadline says it timed out; the others quote
+    it (cause and missing rank), whichever rank that was."""
     text, results = _run("silent_peer", 3, tmp_path)
     assert sorted(results) == [0, 1], text
     for rank in (0, 1):
         seconds, error = _seconds_and_error(results[rank][0])
         assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
-        assert re.search(r"timed out after 3000 ms waiting for rank\(s\) 2|rank\(s\) 2 had not arrived", error), text
+        assert re.search(r"^DistBackendError: fastcomm all_reduce: timed out after 3000 ms waiting for rank\(s\) 2 |"
+                         r"stopped waiting: rank [01] gave up on a collective: timed out after 3000 ms waiting for "
+                         r"rank\(s\) 2 ", error), text
         assert 2.5 < seconds < 6.0, text
+
+
+def test_peer_that_leaves_the_group_fails_the_others_at_once(tmp_path):
+    """The last rank destroys its group while the others wait in an all_reduce:
+    they stop within a fraction of the group timeout (10 s), naming it."""
+    text, results = _run("left_peer", 3, tmp_path)
+    assert sorted(results) == [0, 1], text
+    for rank in (0, 1):
+        seconds, error = _seconds_and_error(results[rank][0])
+        assert re.search(r"DistBackendError: fastcomm all_reduce: rank 2 left the group \(shutdown, abort or "
+                         r"destroy_process_group\) while rank %d waited for it" % rank, error), text
+        assert seconds < 3.0, text
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -73,6 +89,22 @@ def test_mismatched_calls_fail_on_every_rank_and_group_survives(tmp_path, world_
             assert re.search(pattern, error), (pattern, error)
             assert seconds < 5.0, text
         assert f"AFTER {rank} group works" in text, text
+
+
+def test_mismatch_across_hosts_fails_every_rank(tmp_path):
+    """Two simulated hosts pass different sizes, then call different
+    collectives: every rank, leader or not, raises an error saying so."""
+    text, results = _run("mismatch_hosts", 4, tmp_path, shm_lines=2)
+    assert sorted(results) == [0, 1, 2, 3], text
+    expected = [r"ALLREDUCE of Float \(input (16|20) B.*ALLREDUCE of Float \(input (16|20) B",
+                r"(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float.*(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float"]
+    for rank in range(4):
+        assert len(results[rank]) == len(expected), text
+        for line, pattern in zip(results[rank], expected):
+            seconds, error = _seconds_and_error(line)
+            assert "ranks disagree on the collective across hosts" in error, text
+            assert re.search(pattern, error), (pattern, error)
+            assert seconds < 5.0, text
 
 
 SETUP_STEPS = ["after_host_keys", "after_create", "before_attach", "after_attach", "during_statuses",

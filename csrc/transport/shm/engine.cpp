@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -61,20 +62,20 @@ bool process_alive(int pid) {
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
-std::string describe(const OpDescriptor& d) {
-  return c10::str(op_type_name(d.type),
-                  d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
-                  " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
-                  d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
-                  d.root >= 0 ? c10::str(", root ", d.root) : std::string(), ") as its op #", d.op_index);
-}
-
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
   return a.op_index == b.op_index && a.type == b.type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
          a.root == b.root && a.input_bytes == b.input_bytes && a.output_bytes == b.output_bytes;
 }
 
 }  // namespace
+
+std::string describe(const OpDescriptor& d) {
+  return c10::str(op_type_name(d.type),
+                  d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
+                  " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
+                  d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
+                  d.root >= 0 ? c10::str(", root ", d.root) : std::string(), ")");
+}
 
 Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin,
                bool check_pids)
@@ -186,10 +187,20 @@ std::string Engine::missing_ranks() const {
 void Engine::check_health() {
   const int failed = header_->failed_rank_plus_one.load(std::memory_order_acquire);
   if (failed > 0) {
-    broken_ = c10::str("rank ", group_ranks_[failed - 1], " gave up on a collective (its own error says why)");
+    const std::string reason(header_->failure_reason, strnlen(header_->failure_reason, sizeof(header_->failure_reason)));
+    broken_ = c10::str("rank ", group_ranks_[failed - 1], " gave up on a collective: ", reason);
     const std::string missing = missing_ranks();
     FC_THROW_BACKEND_ERROR(op_, "stopped waiting: ", broken_,
                            missing.empty() ? std::string() : c10::str("; rank(s) ", missing, " had not arrived"));
+  }
+  for (const auto r : c10::irange(local_size_)) {
+    const RankControl* peer = segment_->control(r);
+    if (peer->left.load(std::memory_order_acquire) && peer->posted.load(std::memory_order_acquire) < posted_) {
+      // Not fail(): the peer is gone, not this op's fault; every waiting peer sees the flag itself.
+      broken_ = c10::str("rank ", group_ranks_[r], " left the group (shutdown, abort or destroy_process_group) while rank ",
+                         group_ranks_[local_rank_], " waited for it");
+      FC_THROW_BACKEND_ERROR(op_, broken_);
+    }
   }
   const auto now = std::chrono::steady_clock::now();
   if (check_pids_ && now >= next_pid_check_) {
@@ -217,14 +228,28 @@ void Engine::check_descriptors() {
       // Every rank sees the same descriptors, so every rank raises here, after
       // the same number of rounds: the engine stays usable.
       FC_CHECK(false, op_, "ranks disagree on the collective: rank ", group_ranks_[local_rank_], " called ",
-               describe(mine), ", rank ", group_ranks_[r], " called ", describe(theirs));
+               describe(mine), " as its op #", mine.op_index, ", rank ", group_ranks_[r], " called ", describe(theirs),
+               " as its op #", theirs.op_index);
     }
   }
 }
 
+void Engine::leave() {
+  segment_->control(local_rank_)->left.store(1, std::memory_order_seq_cst);
+  header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&header_->wake_word);
+}
+
 void Engine::fail(const std::string& why) {
   broken_ = why;
-  header_->failed_rank_plus_one.store(local_rank_ + 1, std::memory_order_release);
+  int32_t unclaimed = 0;
+  if (header_->failure_claim.compare_exchange_strong(unclaimed, local_rank_ + 1, std::memory_order_acq_rel)) {
+    const std::string& reason = why;
+    const size_t n = std::min(reason.size(), sizeof(header_->failure_reason) - 1);
+    std::memcpy(header_->failure_reason, reason.data(), n);
+    header_->failure_reason[n] = '\0';
+    header_->failed_rank_plus_one.store(local_rank_ + 1, std::memory_order_release);
+  }
   header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(&header_->wake_word);
   FC_THROW_BACKEND_ERROR(op_, why);

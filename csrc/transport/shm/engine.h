@@ -34,6 +34,9 @@
 
 namespace fastcomm::shm {
 
+// "ALLREDUCE of Float (input 16 B, output 16 B, SUM)": for errors (op_index not included).
+std::string describe(const OpDescriptor& d);
+
 class Engine {
  public:
   // `group_ranks[i]`: the process-group rank of local rank i (for messages).
@@ -85,6 +88,11 @@ class Engine {
   [[noreturn]] void abort_op(const std::string& why) {
     fail(why);
   }
+
+  // This rank leaves the group (shutdown, abort, destroy_process_group):
+  // peers that are waiting, or will wait, for a round it has not posted stop
+  // at once with an error naming it, instead of waiting out their timeout.
+  void leave();
 
   // Held for a whole op by whoever runs it: two threads issuing collectives on
   // one group at once take turns instead of interleaving rounds (their order

@@ -15,7 +15,7 @@
 namespace fastcomm::shm {
 
 constexpr uint64_t kMagic = 0x4d4d4f4354534146ull;  // "FASTCOMM" little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kControlBytes = 256;  // four cache lines per rank: no false sharing between ranks
 constexpr size_t kSlotAlignment = 4096;
@@ -43,13 +43,18 @@ struct SegmentHeader {
   std::atomic<uint32_t> wake_word;
   std::atomic<uint32_t> sleepers;
   // Set (to failing local rank + 1) by a rank whose op failed; peers stop waiting and fail too.
+  // The first rank to fail claims `failure_claim`, writes why into
+  // `failure_reason` (NUL-terminated) and then publishes failed_rank_plus_one
+  // (release), so peers can quote the cause; later failures only raise locally.
   std::atomic<int32_t> failed_rank_plus_one;
+  std::atomic<int32_t> failure_claim;
+  char failure_reason[1024];
 };
 
 struct RankControl {
   std::atomic<uint64_t> posted;   // rounds this rank has finished writing for (see engine.h)
   int32_t pid;                    // for liveness checks by peers
-  int32_t reserved;
+  std::atomic<int32_t> left;      // 1 once the rank shut its group down: peers still waiting for it stop
   OpDescriptor descriptor[kBuffers];  // the op whose first round used buffer b
 };
 

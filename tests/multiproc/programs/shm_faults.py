@@ -6,8 +6,14 @@ dead_peer:  the last rank kills itself (SIGKILL) instead of joining an
             well within the group timeout (10 s).
 silent_peer: the last rank sleeps instead of joining; live ranks must raise
             a timeout error within the group timeout (3 s).
+left_peer:  the last rank destroys its group instead of joining; live ranks
+            must raise an error naming it at once, not after the group
+            timeout (10 s).
 mismatch:   ranks pass different sizes / ops / split sizes; every rank must raise
             the same clear error, and the group must still work afterwards.
+mismatch_hosts: 4 ranks as 2 hosts of 2 (FASTCOMM_RANKS_PER_HOST=2); the
+            hosts pass different sizes, then different collectives; every rank
+            must raise an error saying the hosts disagree, within seconds.
 Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
 'RESULT <rank> ok', and 'SHM <rank> <fastcomm entries in /dev/shm>'.
 """
@@ -49,13 +55,16 @@ def _init(rank: int, world_size: int, store_path: str, seconds: float) -> None:
     _say(f"SHM {rank} {_fastcomm_files()}")
 
 
-def _missing_peer(rank: int, world_size: int, store_path: str, kill: bool) -> None:
-    _init(rank, world_size, store_path, 10.0 if kill else 3.0)
+def _missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None:
+    _init(rank, world_size, store_path, 3.0 if how == "sleep" else 10.0)
     t = torch.ones(1 << 20)
     dist.all_reduce(t)  # one good op first: the failure is mid-life, not at setup
     if rank == world_size - 1:
-        if kill:
+        if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if how == "leave":
+            time.sleep(0.5)  # the others are waiting in the all_reduce by now
+            dist.destroy_process_group()
         time.sleep(20)
         os._exit(0)
     start = time.monotonic()
@@ -97,11 +106,33 @@ def _mismatch(rank: int, world_size: int, store_path: str) -> None:
     dist.destroy_process_group()
 
 
+def _mismatch_hosts(rank: int, world_size: int, store_path: str) -> None:
+    os.environ["FASTCOMM_RANKS_PER_HOST"] = "2"
+    host = rank // 2
+    cases = [
+        lambda: dist.all_reduce(torch.ones(4 + host)),  # sizes
+        lambda: dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4)) if host == 0
+        else dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size)),  # collectives
+    ]
+    for case in cases:  # a mismatch across hosts breaks the group: a fresh one per case
+        _init(rank, world_size, f"{store_path}-{cases.index(case)}", 10.0)
+        start = time.monotonic()
+        try:
+            case()
+            _say(f"RESULT {rank} ok")
+        except Exception as err:  # noqa: BLE001
+            _report(rank, start, err)
+        dist.destroy_process_group()
+
+
 def _rank(rank: int, scenario: str, world_size: int, store_path: str) -> None:
-    if scenario == "mismatch":
+    if scenario == "mismatch_hosts":
+        _mismatch_hosts(rank, world_size, store_path)
+    elif scenario == "mismatch":
         _mismatch(rank, world_size, store_path)
     else:
-        _missing_peer(rank, world_size, store_path, kill=scenario == "dead_peer")
+        how = {"dead_peer": "kill", "silent_peer": "sleep", "left_peer": "leave"}[scenario]
+        _missing_peer(rank, world_size, store_path, how)
 
 
 if __name__ == "__main__":
