@@ -23,7 +23,7 @@ class Options:
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
-    pipeline_piece_bytes: int = 4 << 20
+    pipeline_piece_bytes: int = 1 << 20
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0
     # Network interfaces of fastcomm's internal Gloo groups, comma-separated

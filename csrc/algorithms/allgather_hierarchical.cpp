@@ -1,8 +1,8 @@
 // allgather_hierarchical: all_gather / all_gather_into_tensor over several
 // hosts, pipelined.
 //
-// Each rank's input (B bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES;
-// per piece k, in run_pipelined's frame (hierarchical.h):
+// Each rank's input (B bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES / N
+// (a piece of the whole output); per piece k, in run_pipelined's frame (hierarchical.h):
 //   before(k): inside each host, slot by slot, every rank writes its piece
 //              into its slot, one round, every rank copies its host's P
 //              pieces to their places in its output (the host's own data
@@ -54,7 +54,8 @@ class AllgatherHierarchical final : public ShmAlgorithm {
     };
     std::vector<char*> host_blocks(mine.size());  // where each local rank's bytes go
     for (size_t q = 0; q < mine.size(); ++q) host_blocks[q] = block(mine[q]);
-    const size_t piece = pipeline_piece_bytes(max_piece_, element);
+    // A piece is cut from the whole output (N blocks): the leader's bytes in flight stay near 2 pieces.
+    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
 

@@ -1,6 +1,7 @@
 // allreduce_hierarchical: all_reduce over several hosts, pipelined.
 //
-// The tensor (S bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES;
+// The tensor (S bytes) is cut into pieces of FASTCOMM_PIPELINE_PIECE_BYTES, or
+// S/4 when larger;
 // per piece k, in run_pipelined's frame (hierarchical.h):
 //   before(k): inside each host, reduce piece k to the host's leader through
 //              the segment, slot by slot (each rank writes the piece, the
@@ -37,7 +38,8 @@ class AllreduceHierarchical final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const size_t piece = pipeline_piece_bytes(max_piece_, r.element);
+    // At most 4 pieces: each is a Gloo all_reduce, which costs more per op than send/recv.
+    const size_t piece = pipeline_piece_bytes(std::max(max_piece_, r.total / 4), r.element);
     auto piece_of = [&](size_t k) {
       ShmReduction p = r;
       p.data = r.data + k * piece;

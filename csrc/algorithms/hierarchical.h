@@ -84,11 +84,13 @@ struct HostLayout {
   int largest_host() const;
 };
 
-// Bytes per rank per piece of a pipelined algorithm: `max_piece`
-// (Config::pipeline_piece_bytes) as a multiple of `element`. Messages up to one
-// piece run unpipelined: on a busy host each extra Gloo op costs more than the
-// overlap gains (measured: docs/algorithms.md). A piece may span several
-// rounds of the engine.
+// Bytes per piece of a pipelined algorithm's largest buffer (all_reduce: the
+// tensor; all_gather: the output; reduce_scatter: the input): `max_piece`
+// (Config::pipeline_piece_bytes) as a multiple of `element`; the algorithms
+// that move N blocks take 1/N of it per block. Messages up to one piece run
+// unpipelined. Larger pieces cost fewer Gloo ops (a CPU-bound host gains),
+// smaller ones keep less in flight on the link (a congested one gains):
+// measured in docs/algorithms.md. A piece may span several engine rounds.
 size_t pipeline_piece_bytes(size_t max_piece, size_t element);
 
 // Number of pieces of `total` bytes cut into `piece`-byte pieces (at least 1).

@@ -40,6 +40,12 @@ std::unique_ptr<Algorithm> make_allgather_hierarchical(ShmTopology topology, c10
 std::unique_ptr<Algorithm> make_reduce_scatter_hierarchical(ShmTopology topology,
                                                             c10::intrusive_ptr<c10d::Backend> leaders,
                                                             int64_t max_piece);
+std::unique_ptr<Algorithm> make_reduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                    int64_t max_piece);
+std::unique_ptr<Algorithm> make_gather_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                    int64_t max_piece);
+std::unique_ptr<Algorithm> make_scatter_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
+                                                     int64_t max_piece);
 std::unique_ptr<Algorithm> make_barrier_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 
 }  // namespace fastcomm

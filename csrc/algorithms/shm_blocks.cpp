@@ -57,4 +57,28 @@ void shm_gather_chunks(shm::Engine& engine, const char* data, size_t total, cons
   } while (offset < total);
 }
 
+void shm_scatter_chunks(shm::Engine& engine, const std::vector<const char*>& sources, char* dest, size_t total,
+                        size_t element, int from) {
+  const int n = engine.local_size(), me = engine.local_rank();
+  const size_t chunk = std::max(element, engine.slot_bytes() / n / element * element);
+  for_each_chunk(total, chunk, [&](size_t offset, size_t len) {
+    engine.start_use();
+    if (me == from) {
+      for (int q = 0; q < n; ++q) copy_bytes(engine.my_slot() + q * len, sources[q] + offset, len);
+    }
+    engine.round();
+    if (me != from || sources[me] != dest) copy_bytes(dest + offset, engine.slot_of(from) + me * len, len);
+  });
+}
+
+void shm_pass_chunks(shm::Engine& engine, const char* source, char* dest, size_t total, int from, int to) {
+  const int me = engine.local_rank();
+  for_each_chunk(total, engine.slot_bytes(), [&](size_t offset, size_t len) {
+    engine.start_use();
+    if (me == from) copy_bytes(engine.my_slot(), source + offset, len);
+    engine.round();
+    if (me == to) copy_bytes(dest + offset, engine.slot_of(from), len);
+  });
+}
+
 }  // namespace fastcomm

@@ -48,4 +48,16 @@ void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int roo
 // skipped).
 void shm_gather_chunks(shm::Engine& engine, const char* data, size_t total, const std::vector<char*>& outputs, int to);
 
+// Scatter: local rank `from` hands local rank q the `total` bytes at
+// sources[q] (sources read on `from` only): per round it writes a chunk of
+// every rank's bytes into its slot (slot/P each), and each rank copies its
+// chunk into `dest` (`from` too, unless sources[from] is dest).
+void shm_scatter_chunks(shm::Engine& engine, const std::vector<const char*>& sources, char* dest, size_t total,
+                        size_t element, int from);
+
+// Pass: per chunk local rank `from` writes its slot from `source`, one round,
+// local rank `to` copies it into `dest` (the others only take part in the
+// rounds). For handing bytes to one rank without touching the others' tensors.
+void shm_pass_chunks(shm::Engine& engine, const char* source, char* dest, size_t total, int from, int to);
+
 }  // namespace fastcomm

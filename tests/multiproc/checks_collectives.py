@@ -172,6 +172,39 @@ def large_gather_and_scatter(rank, world_size):
         assert used(scatter) == before_scatter + 4 * calls, (scatter, backend.algorithm_counts())
 
 
+def large_rooted(rank, world_size):
+    """reduce, gather and scatter from every root over several slots and
+    pipeline pieces, through this topology's engine algorithm; fastcomm's
+    reduce leaves the other ranks' tensors as they were (Gloo's does not)."""
+    backend = fastcomm.fastcomm_backend()
+    used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
+    paths = {kind: _engine_path(kind) for kind in ("reduce", "gather", "scatter")}
+    before = {kind: used(path) for kind, path in paths.items()}
+    calls = 0
+    for dtype, numel in ((torch.float32, 300_001), (torch.bfloat16, 70_003), (torch.int64, 1)):
+        everyone = [rank_input(r, (numel,), dtype) for r in range(world_size)]
+        for root in range(world_size):
+            t = everyone[rank].clone()
+            dist.reduce(t, dst=root, op=R.SUM)
+            if rank == root:
+                assert_equal(t, reduce_reference(everyone, R.SUM, dtype), f"reduce {dtype} x{numel} root {root}")
+            elif paths["reduce"] != "gloo_fallback":
+                assert_equal(t, everyone[rank], f"reduce {dtype} x{numel} root {root}: rank {rank} untouched")
+            outs = [torch.zeros(numel, dtype=dtype) for _ in range(world_size)] if rank == root else None
+            dist.gather(everyone[rank], outs, dst=root)
+            if rank == root:
+                for r in range(world_size):
+                    assert_equal(outs[r], everyone[r], f"gather {dtype} x{numel} root {root} from {r}")
+            out = torch.zeros(numel, dtype=dtype)
+            pieces = [rank_input(r, (numel,), dtype, salt=root) for r in range(world_size)] if rank == root else None
+            dist.scatter(out, pieces, src=root)
+            assert_equal(out, rank_input(rank, (numel,), dtype, salt=root), f"scatter {dtype} x{numel} root {root}")
+            calls += 1
+    for kind, path in paths.items():
+        if path != "gloo_fallback":  # (Gloo's adapters count their own sub-collectives)
+            assert used(path) == before[kind] + calls, (path, backend.algorithm_counts())
+
+
 def _block(src: int, dst: int, rows: int, dtype) -> torch.Tensor:
     """The rows src sends to dst in all_to_all checks: value 10*src + dst (+ row)."""
     if dtype == torch.bool:

@@ -11,6 +11,7 @@ CHECKS = [
     checks.all_gather,
     checks.reduce_scatter,
     checks.large_gather_and_scatter,
+    checks.large_rooted,
     checks.all_to_all_single,
     checks.all_to_all,
     checks.gather_scatter,

@@ -70,7 +70,7 @@ def test_shared_memory_options(monkeypatch):
 
 def test_pipeline_piece_option(monkeypatch):
     monkeypatch.delenv("FASTCOMM_PIPELINE_PIECE_BYTES", raising=False)
-    assert read_options().pipeline_piece_bytes == 4 << 20
+    assert read_options().pipeline_piece_bytes == 1 << 20
     monkeypatch.setenv("FASTCOMM_PIPELINE_PIECE_BYTES", "65536")
     assert read_options().pipeline_piece_bytes == 65536
     monkeypatch.setenv("FASTCOMM_PIPELINE_PIECE_BYTES", "100")
