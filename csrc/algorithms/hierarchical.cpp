@@ -151,12 +151,6 @@ HostLayout::HostLayout(const ShmTopology& topology) {
   my_host = hosts ? topology.host_of_rank[topology.group_rank] : 0;
 }
 
-int HostLayout::largest_host() const {
-  int largest = 0;
-  for (const auto& ranks : ranks_of_host) largest = std::max(largest, static_cast<int>(ranks.size()));
-  return largest;
-}
-
 size_t pipeline_piece_bytes(size_t max_piece, size_t element) {
   return std::max(element, max_piece / element * element);
 }

@@ -81,7 +81,6 @@ struct HostLayout {
   int size_of(int h) const {
     return static_cast<int>(ranks_of_host[h].size());
   }
-  int largest_host() const;
 };
 
 // Bytes per piece of a pipelined algorithm's largest buffer (all_reduce: the
