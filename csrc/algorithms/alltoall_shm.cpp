@@ -17,20 +17,6 @@ namespace fastcomm {
 
 namespace {
 
-// Byte offset and length of each rank's block along dim 0 of `t`.
-void blocks_of(const at::Tensor& t, const std::vector<int64_t>& splits, int n, std::vector<uint64_t>& offsets,
-               std::vector<uint64_t>& lengths) {
-  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-  const uint64_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
-  uint64_t at = 0;
-  for (int q = 0; q < n; ++q) {
-    const int64_t count = splits.empty() ? rows / n : splits[q];
-    offsets[q] = at;
-    lengths[q] = static_cast<uint64_t>(count) * row_bytes;
-    at += lengths[q];
-  }
-}
-
 class AlltoallShm final : public ShmAlgorithm {
  public:
   using ShmAlgorithm::ShmAlgorithm;
@@ -50,8 +36,8 @@ class AlltoallShm final : public ShmAlgorithm {
     shm::Engine& engine = *topology_.engine;
     const int n = engine.local_size(), me = engine.local_rank();
     std::vector<uint64_t> send_at(n), send_len(n), recv_at(n), recv_len(n);
-    blocks_of(c.inputs[0], c.input_splits, n, send_at, send_len);
-    blocks_of(c.outputs[0], c.output_splits, n, recv_at, recv_len);
+    alltoall_blocks(c.inputs[0], c.input_splits, n, send_at, send_len);
+    alltoall_blocks(c.outputs[0], c.output_splits, n, recv_at, recv_len);
     // Sizes differ across ranks with uneven splits: round 0 checks them instead.
     const auto descriptor = shm_describe(c, 0, 0, -1);
     return shm_run(engine, c, descriptor, [&]() {

@@ -46,6 +46,7 @@ std::unique_ptr<Algorithm> make_gather_hierarchical(ShmTopology topology, c10::i
                                                     int64_t max_piece);
 std::unique_ptr<Algorithm> make_scatter_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,
                                                      int64_t max_piece);
+std::unique_ptr<Algorithm> make_alltoall_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 std::unique_ptr<Algorithm> make_barrier_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders);
 
 }  // namespace fastcomm

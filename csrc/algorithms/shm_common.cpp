@@ -45,6 +45,19 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
   return completed(c.result_tensors());
 }
 
+void alltoall_blocks(const at::Tensor& t, const std::vector<int64_t>& splits, int n, std::vector<uint64_t>& offsets,
+                     std::vector<uint64_t>& lengths) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const uint64_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
+  uint64_t at = 0;
+  for (int q = 0; q < n; ++q) {
+    const int64_t count = splits.empty() ? rows / n : splits[q];
+    offsets[q] = at;
+    lengths[q] = static_cast<uint64_t>(count) * row_bytes;
+    at += lengths[q];
+  }
+}
+
 int ShmTopology::local_rank_of(int r) const {
   int local = 0;
   for (int q = 0; q < r; ++q) local += host_of_rank[q] == host_of_rank[r];

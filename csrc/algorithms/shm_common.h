@@ -84,6 +84,11 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                  const std::function<void()>& body);
 
+// all_to_all_single's blocks: the byte offset and length of each of the `n`
+// ranks' blocks along dim 0 of `t` (`splits`: rows per rank; empty: even).
+void alltoall_blocks(const at::Tensor& t, const std::vector<int64_t>& splits, int n, std::vector<uint64_t>& offsets,
+                     std::vector<uint64_t>& lengths);
+
 // Splits `count` elements into `parts` near-equal contiguous slices; slice i is
 // [slice_begin(i), slice_begin(i + 1)).
 inline int64_t slice_begin(int64_t count, int parts, int i) {

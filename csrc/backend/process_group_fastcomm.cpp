@@ -68,6 +68,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_reduce_hierarchical(topology, transports_.leaders, max_piece));
     dispatcher_.add(make_gather_hierarchical(topology, transports_.leaders, max_piece));
     dispatcher_.add(make_scatter_hierarchical(topology, transports_.leaders, max_piece));
+    dispatcher_.add(make_alltoall_hierarchical(topology, transports_.leaders));
     dispatcher_.add(make_barrier_hierarchical(topology, transports_.leaders));
   }
   dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes));

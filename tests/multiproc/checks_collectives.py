@@ -172,6 +172,28 @@ def large_gather_and_scatter(rank, world_size):
         assert used(scatter) == before_scatter + 4 * calls, (scatter, backend.algorithm_counts())
 
 
+def large_all_to_all(rank, world_size):
+    """all_to_all_single over several slots, even and uneven splits (empty
+    blocks included), through this topology's engine algorithm."""
+    backend = fastcomm.fastcomm_backend()
+    path = _engine_path("alltoall")
+    before = backend.algorithm_counts().get(path, 0)
+    rows = lambda s, d: 40_000 * ((s + 2 * d) % 3)  # noqa: E731  (0, 40k or 80k rows of 2 floats: up to 640 KB)
+    for split in ("even", "uneven"):
+        count = (lambda s, d: 70_001) if split == "even" else rows
+        inp = torch.cat([_block(rank, d, count(rank, d), torch.float32) for d in range(world_size)])
+        expected = torch.cat([_block(s, rank, count(s, rank), torch.float32) for s in range(world_size)])
+        out = torch.zeros_like(expected)
+        if split == "even":
+            dist.all_to_all_single(out, inp)
+        else:
+            dist.all_to_all_single(out, inp, output_split_sizes=[count(s, rank) for s in range(world_size)],
+                                   input_split_sizes=[count(rank, d) for d in range(world_size)])
+        assert_equal(out, expected, f"all_to_all_single {split} splits")
+    if path != "gloo_fallback":
+        assert backend.algorithm_counts()[path] == before + 2, (path, backend.algorithm_counts())
+
+
 def large_rooted(rank, world_size):
     """reduce, gather and scatter from every root over several slots and
     pipeline pieces, through this topology's engine algorithm; fastcomm's

@@ -12,6 +12,7 @@ CHECKS = [
     checks.reduce_scatter,
     checks.large_gather_and_scatter,
     checks.large_rooted,
+    checks.large_all_to_all,
     checks.all_to_all_single,
     checks.all_to_all,
     checks.gather_scatter,
