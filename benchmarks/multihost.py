@@ -49,7 +49,8 @@ def measure(rate: str, args, out_dir: str) -> dict:
             with open(path) as f:
                 results[collective] = json.load(f)
         path = os.path.join(out_dir, f"{rate}-fsdp2.json")
-        _job(hosts, [os.path.join(HERE, "fsdp2_vs_gloo.py"), "--json", path], out_dir, f"{rate} fsdp2")
+        _job(hosts, [os.path.join(HERE, "fsdp2_vs_gloo.py"), "--json", path, *args.fsdp2.split()], out_dir,
+             f"{rate} fsdp2")
         with open(path) as f:
             results["fsdp2"] = json.load(f)
     return results
@@ -82,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("-e", "--maxbytes", default="64M")
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=5, help="timed calls per size and backend")
+    p.add_argument("--fsdp2", default="", help="extra arguments of fsdp2_vs_gloo.py, e.g. '--layers 2 --width 64'")
     p.add_argument("--json", help="write every raw result here")
     args = p.parse_args(argv)
     why_not = namespace_hosts.available()

@@ -31,3 +31,37 @@ def test_allreduce_vs_gloo_prints_a_row_per_size(api, op, extra):
     assert "WRONG" not in out.stdout
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out.stdout
     assert f"api {api}" in out.stdout
+
+
+def test_fsdp2_vs_gloo_prints_both_step_times():
+    """Two simulated hosts: FSDP2's all_gather and reduce_scatter run hierarchical;
+    both copies agree after one step (the script exits 1 otherwise)."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "fsdp2_vs_gloo.py"), "--nproc", "4", "--ranks-per-host", "2",
+         "--layers", "2", "--width", "64", "--batch", "4", "--seconds", "0.1", "--rounds", "1", "--warmup", "1"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = re.search(r"^\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.e+-]+)$", out.stdout, re.M)
+    assert row and float(row.group(1)) > 0 and float(row.group(2)) > 0, out.stdout
+    assert float(row.group(4)) <= 1e-4, out.stdout
+
+
+def test_multihost_benchmark_prints_every_row(tmp_path):
+    """benchmarks/multihost.py end to end on one tiny size and one rate (needs root)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "multihost"))
+    import namespace_hosts
+
+    why_not = namespace_hosts.available()
+    if why_not:
+        pytest.skip(f"namespace hosts: {why_not}")
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "multihost.py"), "--rates", "1gbit", "-b", "64K", "-e", "64K",
+         "-n", "1", "--fsdp2=--layers 2 --width 64 --batch 4 --seconds 0.1 --rounds 1 --warmup 1",
+         "--json", str(tmp_path / "raw.json")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = re.findall(r"^\| 1gbit \| (\w+) .*\| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out.stdout, re.M)
+    assert [r[0] for r in rows] == ["all_reduce", "all_gather", "reduce_scatter", "FSDP2"], out.stdout
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out.stdout

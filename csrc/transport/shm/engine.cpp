@@ -6,10 +6,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -244,9 +244,8 @@ void Engine::fail(const std::string& why) {
   broken_ = why;
   int32_t unclaimed = 0;
   if (header_->failure_claim.compare_exchange_strong(unclaimed, local_rank_ + 1, std::memory_order_acq_rel)) {
-    const std::string& reason = why;
-    const size_t n = std::min(reason.size(), sizeof(header_->failure_reason) - 1);
-    std::memcpy(header_->failure_reason, reason.data(), n);
+    const size_t n = std::min(why.size(), sizeof(header_->failure_reason) - 1);
+    std::memcpy(header_->failure_reason, why.data(), n);
     header_->failure_reason[n] = '\0';
     header_->failed_rank_plus_one.store(local_rank_ + 1, std::memory_order_release);
   }

@@ -18,7 +18,9 @@
 // process there). Waiting spins briefly, then yields, then sleeps on a futex in
 // the segment (posters wake sleepers), so oversubscribed hosts keep working;
 // while sleeping it checks the deadline (the op's timeout), the segment's
-// failure flag and whether peer processes still exist.
+// failure flag (with the first failure's reason, quoted by the others),
+// whether a missing peer left the group (leave()) and whether peer processes
+// still exist.
 //
 // Thread-safety: one op at a time (the backend runs shm algorithms on the
 // calling thread, in the order collectives are issued).
