@@ -60,9 +60,11 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     reason = _cuda_unavailable_reason()
     nccl = _make_nccl(store, rank, size, timeout) if not reason else None
     plan = _shm.setup(store, rank, size, timeout, options)
+    # Hierarchical groups: host leaders post why an op failed here, for the other hosts' errors.
+    failures = dist.PrefixStore("fastcomm/failures/", store) if plan.host_of_rank else None
     return _C.ProcessGroupFastcomm(
         rank, size, timeout, make_config(options, plan, reason),
-        gloo=gloo, nccl=nccl, engine=plan.engine, leaders=plan.leaders,
+        gloo=gloo, nccl=nccl, engine=plan.engine, leaders=plan.leaders, failures=failures,
     )
 
 

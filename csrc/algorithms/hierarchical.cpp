@@ -60,24 +60,80 @@ class CrossHostCheck {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+// How much longer than the op's timeout a leader's local peers wait for it:
+// the leader enforces the timeout on its network step and then aborts the op
+// with the cause (and what other hosts reported), which its peers quote.
+constexpr std::chrono::milliseconds kLeaderGrace{1000};
+
+std::chrono::milliseconds grace(const ShmTopology& topology) {
+  return topology.leads_host() ? std::chrono::milliseconds(0) : kLeaderGrace;
+}
+
+// The first line of an error (c10 errors may append a C++ backtrace).
+std::string first_line(const char* what) {
+  const std::string text(what);
+  return text.substr(0, text.find('\n'));
+}
+
+// Posts why this host's op failed where the other hosts' leaders look
+// (best effort: the store may be gone too).
+void post_failure(const ShmTopology& topology, const char* what) {
+  if (!topology.failures || !topology.leads_host()) return;
+  const std::string why = first_line(what);
+  try {
+    topology.failures->set(c10::str("host/", topology.host_of_rank[topology.group_rank]),
+                           std::vector<uint8_t>(why.begin(), why.end()));
+  } catch (...) {
+  }
+}
+
+// "; host 1 reported: <why>" for each other host whose leader posted a failure.
+std::string reports_of_other_hosts(const ShmTopology& topology) {
+  std::string reports;
+  if (!topology.failures) return reports;
+  const int me = topology.host_of_rank[topology.group_rank];
+  const int hosts = *std::max_element(topology.host_of_rank.begin(), topology.host_of_rank.end()) + 1;
+  for (int g = 0; g < hosts; ++g) {
+    const std::string key = c10::str("host/", g);
+    try {
+      if (g == me || !topology.failures->check({key})) continue;
+      const std::vector<uint8_t> why = topology.failures->get(key);
+      reports += c10::str("; host ", g, " reported: ", std::string(why.begin(), why.end()));
+    } catch (...) {
+    }
+  }
+  return reports;
+}
+
+// The leader's error when its step among the leaders failed, with what other hosts reported.
+std::string leaders_failure(const ShmTopology& topology, const Collective& c, const std::exception& e) {
+  return c10::str("the ", c.name, " among host leaders failed: ", first_line(e.what()),
+                  reports_of_other_hosts(topology));
+}
+
 }  // namespace
 
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
                           c10d::Backend* leaders, const HierarchicalSteps& steps) {
   shm::Engine& engine = *topology.engine;
   return shm_run(engine, c, descriptor, [&]() {
-    CrossHostCheck check(topology.leads_host() ? leaders : nullptr, c, descriptor);
-    if (steps.inside_before) steps.inside_before();
-    if (topology.leads_host()) {
-      try {
-        check.verify();
-        if (steps.among_leaders) steps.among_leaders();
-      } catch (const std::exception& e) {
-        engine.abort_op(c10::str("the ", c.name, " among host leaders failed: ", e.what()));
+    try {
+      CrossHostCheck check(topology.leads_host() ? leaders : nullptr, c, descriptor);
+      if (steps.inside_before) steps.inside_before();
+      if (topology.leads_host()) {
+        try {
+          check.verify();
+          if (steps.among_leaders) steps.among_leaders();
+        } catch (const std::exception& e) {
+          engine.abort_op(leaders_failure(topology, c, e));
+        }
       }
+      if (steps.inside_after) steps.inside_after();
+    } catch (const std::exception& e) {  // whatever stopped this host: the other hosts may quote it
+      post_failure(topology, e.what());
+      throw;
     }
-    if (steps.inside_after) steps.inside_after();
-  });
+  }, grace(topology));
 }
 
 namespace {
@@ -107,7 +163,7 @@ Launched run_pipelined(const ShmTopology& topology, const Collective& c, const s
         step();
       } catch (const std::exception& e) {
         abort_all(in_flight);
-        engine.abort_op(c10::str("the ", c.name, " among host leaders failed: ", e.what()));
+        engine.abort_op(leaders_failure(topology, c, e));
       }
     };
     CrossHostCheck check(leads ? leaders : nullptr, c, descriptor);
@@ -131,11 +187,12 @@ Launched run_pipelined(const ShmTopology& topology, const Collective& c, const s
         }
         if (steps.inside_after) steps.inside_after(k - 1);
       }
-    } catch (...) {  // a round failed (peer, timeout): stop the leader's transfers too
+    } catch (const std::exception& e) {  // a round failed (peer, timeout): stop the leader's transfers too
       abort_all(in_flight);
+      post_failure(topology, e.what());  // whatever stopped this host: the other hosts may quote it
       throw;
     }
-  });
+  }, grace(topology));
 }
 
 HostLayout::HostLayout(const ShmTopology& topology) {

@@ -34,10 +34,10 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
 }
 
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
-                 const std::function<void()>& body) {
+                 const std::function<void()>& body, std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> one_op_at_a_time(engine.op_mutex());
   try {
-    engine.begin(c.name, descriptor, c.timeout);
+    engine.begin(c.name, descriptor, c.timeout + grace);
     body();
   } catch (...) {
     return failed(std::current_exception());

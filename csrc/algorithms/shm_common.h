@@ -16,6 +16,8 @@
 #include <optional>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "algorithms/algorithm.h"
 #include "core/support.h"
 #include "transport/shm/engine.h"
@@ -31,6 +33,10 @@ struct ShmTopology {
   // empty. A host's leader is its lowest rank, and its rank in the leaders'
   // group is the host index.
   std::vector<int> host_of_rank;
+  // Hierarchical groups: a store (a prefix of the group's) where each host's
+  // leader posts why its op failed, under "host/<index>", so leaders of other
+  // hosts can quote it (hierarchical.h); null otherwise.
+  c10::intrusive_ptr<c10d::Store> failures;
   // True when every rank of the group is on one host and has the engine.
   bool single_host() const {
     return engine && engine->local_size() == group_size;
@@ -80,9 +86,10 @@ ShmReduction shm_reduction(const Collective& c);
 shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root);
 
 // Runs `body` as one engine op for `c` and returns the finished future:
-// completed with c.result_tensors(), or failed with what body threw.
+// completed with c.result_tensors(), or failed with what body threw. The
+// engine's waits end c.timeout + `grace` after the op began.
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
-                 const std::function<void()>& body);
+                 const std::function<void()>& body, std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
 // all_to_all_single's blocks: the byte offset and length of each of the `n`
 // ranks' blocks along dim 0 of `t` (`splits`: rows per rank; empty: even).

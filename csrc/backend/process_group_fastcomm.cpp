@@ -48,7 +48,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
-  const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank};
+  const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
   if (topology.single_host()) {
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology));

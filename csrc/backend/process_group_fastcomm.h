@@ -15,6 +15,7 @@
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "algorithms/dispatcher.h"
 #include "core/collective.h"
@@ -30,6 +31,7 @@ struct Transports {
   c10::intrusive_ptr<c10d::Backend> nccl;     // CUDA tensors; null when CUDA cannot run
   std::shared_ptr<shm::Engine> engine;        // this rank's host segment; null: no engine
   c10::intrusive_ptr<c10d::Backend> leaders;  // Gloo among host leaders (hierarchical groups, leaders only)
+  c10::intrusive_ptr<c10d::Store> failures;   // where host leaders post why an op failed (hierarchical groups)
 };
 
 class ProcessGroupFastcomm final : public c10d::Backend {

@@ -122,8 +122,9 @@ class NamespaceHosts:
 
     def launch(self, host: int, argv: list[str], env: dict | None = None, cwd: str | None = None,
                stdout=None, stderr=None) -> subprocess.Popen:
-        """Starts `argv` on `host` (as root of its pid namespace's first process's child), with
-        GLOO_SOCKET_IFNAME set to its interface, its own hostname and its own /dev/shm."""
+        """Starts `argv` on `host`: in its network namespace, under its hostname, with its own
+        /dev/shm and pid namespace (everything started there dies with the returned process's
+        group), GLOO_SOCKET_IFNAME set to its interface unless `env` sets it."""
         environment = dict(os.environ if env is None else env)
         environment.setdefault("GLOO_SOCKET_IFNAME", INTERFACE)
         script = (f'hostname {self.hostnames[host]} && mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm '

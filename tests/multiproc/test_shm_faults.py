@@ -107,6 +107,20 @@ def test_mismatch_across_hosts_fails_every_rank(tmp_path):
             assert seconds < 5.0, text
 
 
+def test_dead_rank_on_another_host_is_named_everywhere(tmp_path):
+    """Rank 3 (second rank of host 1) dies: its host notices at once; host 0's
+    ranks fail when their leader's network step times out, quoting what host 1
+    posted."""
+    text, results = _run("dead_other_host", 4, tmp_path)
+    assert sorted(results) == [0, 1, 2], text
+    for rank in (0, 1, 2):
+        seconds, error = _seconds_and_error(results[rank][0])
+        assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
+        assert re.search(r"rank 3 \(pid \d+\) on this host exited while rank 2 waited for it", error), text
+        assert seconds < 5.0 + 3.0, text
+    assert re.search(r"host 1 reported: .*rank 3 \(pid \d+\) on this host exited", results[0][0]), text
+
+
 SETUP_STEPS = ["after_host_keys", "after_create", "before_attach", "after_attach", "during_statuses",
                "during_leaders", "after_setup"]
 

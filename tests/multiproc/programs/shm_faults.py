@@ -14,6 +14,10 @@ mismatch:   ranks pass different sizes / ops / split sizes; every rank must rais
 mismatch_hosts: 4 ranks as 2 hosts of 2 (FASTCOMM_RANKS_PER_HOST=2); the
             hosts pass different sizes, then different collectives; every rank
             must raise an error saying the hosts disagree, within seconds.
+dead_other_host: 4 ranks as 2 hosts of 2; rank 3 (host 1, not its leader)
+            kills itself instead of joining an all_reduce; every live rank,
+            host 0's included, must name it within the group timeout (5 s)
+            plus a second.
 Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
 'RESULT <rank> ok', and 'SHM <rank> <fastcomm entries in /dev/shm>'.
 """
@@ -41,7 +45,7 @@ def _fastcomm_files() -> int:
 
 
 def _report(rank: int, start: float, err: BaseException) -> None:
-    first_line = str(err).strip().splitlines()[0][:400]
+    first_line = str(err).strip().splitlines()[0][:2000]
     _say(f"RESULT {rank} {time.monotonic() - start:.2f} {type(err).__name__}: {first_line}")
 
 
@@ -125,8 +129,26 @@ def _mismatch_hosts(rank: int, world_size: int, store_path: str) -> None:
         dist.destroy_process_group()
 
 
+def _dead_other_host(rank: int, world_size: int, store_path: str) -> None:
+    os.environ["FASTCOMM_RANKS_PER_HOST"] = "2"
+    _init(rank, world_size, store_path, 5.0)
+    t = torch.ones(1 << 20)
+    dist.all_reduce(t)  # one good op first
+    if rank == world_size - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        _say(f"RESULT {rank} ok")
+    except Exception as err:  # noqa: BLE001
+        _report(rank, start, err)
+    os._exit(0)
+
+
 def _rank(rank: int, scenario: str, world_size: int, store_path: str) -> None:
-    if scenario == "mismatch_hosts":
+    if scenario == "dead_other_host":
+        _dead_other_host(rank, world_size, store_path)
+    elif scenario == "mismatch_hosts":
         _mismatch_hosts(rank, world_size, store_path)
     elif scenario == "mismatch":
         _mismatch(rank, world_size, store_path)
