@@ -24,17 +24,16 @@ namespace fastcomm {
 
 namespace {
 
-class AllgatherHierarchical final : public ShmAlgorithm {
+class AllgatherHierarchical final : public HierarchicalAlgorithm {
  public:
-  AllgatherHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "allgather_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     if (!shm_eligible(c) || c.inputs.size() != 1) return false;
     if (c.type == c10d::OpType::_ALLGATHER_BASE) return c.outputs.size() == 1;
     return c.type == c10d::OpType::ALLGATHER && c.output_lists.size() == 1;
@@ -55,9 +54,8 @@ class AllgatherHierarchical final : public ShmAlgorithm {
     std::vector<char*> host_blocks(mine.size());  // where each local rank's bytes go
     for (size_t q = 0; q < mine.size(); ++q) host_blocks[q] = block(mine[q]);
     // A piece is cut from the whole output (N blocks): the leader's bytes in flight stay near 2 pieces.
-    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
-    auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
 
     PipelinedSteps steps;
     steps.pieces = pieces_of(total, piece);
@@ -74,9 +72,9 @@ class AllgatherHierarchical final : public ShmAlgorithm {
       if (len == 0) return works;
       for (int g = 0; g < hosts_.hosts(); ++g) {
         if (g == me) continue;
-        for (int r : mine) works.push_back(leaders_send(*leaders_, block_range(r, offset, len), g, tag(k, r)));
+        for (int r : mine) works.push_back(leaders_send(*leaders_, block_range(r, offset, len), g, piece_tag(k, n, r)));
         for (int r : hosts_.ranks_of_host[g]) {
-          works.push_back(leaders_recv(*leaders_, block_range(r, offset, len), g, tag(k, r)));
+          works.push_back(leaders_recv(*leaders_, block_range(r, offset, len), g, piece_tag(k, n, r)));
         }
       }
       return works;
@@ -90,10 +88,6 @@ class AllgatherHierarchical final : public ShmAlgorithm {
     return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
-  HostLayout hosts_;
 };
 
 }  // namespace

@@ -21,17 +21,16 @@ namespace fastcomm {
 
 namespace {
 
-class AllreduceHierarchical final : public ShmAlgorithm {
+class AllreduceHierarchical final : public HierarchicalAlgorithm {
  public:
-  AllreduceHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "allreduce_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::ALLREDUCE && shm_reduces_one_tensor(c);
   }
 
@@ -64,9 +63,6 @@ class AllreduceHierarchical final : public ShmAlgorithm {
     return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, 0), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
 };
 
 }  // namespace

@@ -25,17 +25,16 @@ namespace fastcomm {
 
 namespace {
 
-class AlltoallHierarchical final : public ShmAlgorithm {
+class AlltoallHierarchical final : public HierarchicalAlgorithm {
  public:
-  AlltoallHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), hosts_(topology_) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "alltoall_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     const size_t slot = topology_.engine->slot_bytes();
     // Round 0 holds 2N sizes; a slot holds P pieces of at least 64 bytes.
     return c.type == c10d::OpType::ALLTOALL_BASE && shm_eligible(c) && c.inputs.size() == 1 &&
@@ -225,9 +224,6 @@ class AlltoallHierarchical final : public ShmAlgorithm {
     return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  HostLayout hosts_;
 };
 
 }  // namespace

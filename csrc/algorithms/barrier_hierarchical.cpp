@@ -8,17 +8,16 @@ namespace fastcomm {
 
 namespace {
 
-class BarrierHierarchical final : public ShmAlgorithm {
+class BarrierHierarchical final : public HierarchicalAlgorithm {
  public:
-  BarrierHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "barrier_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::BARRIER;
   }
 
@@ -39,8 +38,6 @@ class BarrierHierarchical final : public ShmAlgorithm {
     return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
 };
 
 }  // namespace

@@ -18,33 +18,30 @@ namespace fastcomm {
 
 namespace {
 
-class BroadcastHierarchical final : public ShmAlgorithm {
+class BroadcastHierarchical final : public HierarchicalAlgorithm {
  public:
-  BroadcastHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "broadcast_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::BROADCAST && shm_eligible(c) && c.inputs.size() == 1;
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
-    const int root = static_cast<int>(c.peer);
-    const int root_host = topology_.host_of_rank[root];
-    const bool on_root_host = topology_.host_of_rank[topology_.group_rank] == root_host;
-    const int local_root = on_root_host ? topology_.local_rank_of(root) : 0;
+    const RootPlacement root = place_root(static_cast<int>(c.peer));
+    const int local_root = root.on_root_host ? root.local_root : 0;  // elsewhere the leader passes it on
     const at::Tensor& t = c.inputs[0];
     const size_t total = t.nbytes();
     auto inside = [&]() { shm_broadcast_chunks(*topology_.engine, byte_ptr(t), total, local_root); };
     HierarchicalSteps steps;
-    (on_root_host ? steps.inside_before : steps.inside_after) = inside;
+    (root.on_root_host ? steps.inside_before : steps.inside_after) = inside;
     steps.among_leaders = [&]() {
       c10d::BroadcastOptions options;
-      options.rootRank = root_host;
+      options.rootRank = root.host;
       options.timeout = c.timeout;
       std::vector<at::Tensor> tensors{t};
       leaders_->broadcast(tensors, options)->wait(c.timeout);
@@ -52,8 +49,6 @@ class BroadcastHierarchical final : public ShmAlgorithm {
     return run_hierarchical(topology_, c, shm_describe(c, total, total, local_root), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
 };
 
 }  // namespace

@@ -22,42 +22,31 @@ namespace fastcomm {
 
 namespace {
 
-class GatherHierarchical final : public ShmAlgorithm {
+class GatherHierarchical final : public HierarchicalAlgorithm {
  public:
-  GatherHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "gather_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::GATHER && shm_eligible(c) && c.inputs.size() == 1;
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const int n = topology_.group_size, me = hosts_.my_host, local_size = engine.local_size();
-    const int root = static_cast<int>(c.peer), root_host = topology_.host_of_rank[root];
-    const bool on_root_host = me == root_host, leads = topology_.leads_host();
-    const bool is_root = topology_.group_rank == root, leader_is_root = leads && is_root;
-    const int local_root = on_root_host ? topology_.local_rank_of(root) : -1;
+    const RootPlacement root = place_root(static_cast<int>(c.peer));
+    const bool leads = topology_.leads_host(), leader_is_root = leads && root.is_root;
     const at::Tensor& input = c.inputs[0];
     const size_t total = input.nbytes(), element = input.element_size();
     const std::vector<int>& mine = hosts_.ranks_of_host[me];
     auto output = [&](int r) { return byte_ptr(c.output_lists[0][r]); };  // the root's only
-    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
-    auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
-    // Leaders' buffers for two pieces: their host's P pieces (other hosts), or
-    // the other hosts' N-P pieces in host order (host R, when the root is not the leader).
-    const int remote = n - local_size;
-    at::Tensor buffer;
-    if (leads && !leader_is_root) {
-      const int64_t per_piece = static_cast<int64_t>((on_root_host ? remote : local_size) * piece / element);
-      buffer = at::empty({2, per_piece}, input.options());
-    }
+    const at::Tensor buffer = relay_buffer(root, piece, input.options());
     auto buffered = [&](size_t k, int index, size_t len) { return byte_range(buffer[k % 2], index * len, len); };
 
     PipelinedSteps steps;
@@ -66,19 +55,19 @@ class GatherHierarchical final : public ShmAlgorithm {
       const size_t offset = k * piece, len = length(k);
       std::vector<char*> to(local_size);
       for (int q = 0; q < local_size; ++q) {
-        to[q] = on_root_host ? (is_root ? output(mine[q]) + offset : nullptr)
+        to[q] = root.on_root_host ? (root.is_root ? output(mine[q]) + offset : nullptr)
                              : (leads ? byte_ptr(buffered(k, q, len)) : nullptr);
       }
-      const int receiver = on_root_host ? local_root : 0;
+      const int receiver = root.on_root_host ? root.local_root : 0;
       shm_gather_chunks(engine, byte_ptr(input) + offset, len, to, receiver);
     };
     steps.start_among_leaders = [&](size_t k) {
       const size_t offset = k * piece, len = length(k);
       LeaderWorks works;
       if (len == 0) return works;
-      if (!on_root_host) {
+      if (!root.on_root_host) {
         for (int q = 0; q < local_size; ++q) {
-          works.push_back(leaders_send(*leaders_, buffered(k, q, len), root_host, tag(k, mine[q])));
+          works.push_back(leaders_send(*leaders_, buffered(k, q, len), root.host, piece_tag(k, n, mine[q])));
         }
         return works;
       }
@@ -87,29 +76,25 @@ class GatherHierarchical final : public ShmAlgorithm {
         const int g = topology_.host_of_rank[r];
         if (g == me) continue;
         const at::Tensor into = leader_is_root ? byte_range(c.output_lists[0][r], offset, len) : buffered(k, index, len);
-        works.push_back(leaders_recv(*leaders_, into, g, tag(k, r)));
+        works.push_back(leaders_recv(*leaders_, into, g, piece_tag(k, n, r)));
         ++index;
       }
       return works;
     };
     steps.inside_after = [&](size_t k) {
-      if (!on_root_host || leader_is_root || local_root == 0) return;
+      if (!root.on_root_host || leader_is_root || root.local_root == 0) return;
       const size_t offset = k * piece, len = length(k);
       int index = 0;
       for (int r : hosts_.host_order) {
         if (topology_.host_of_rank[r] == me) continue;
         shm_pass_chunks(engine, leads ? byte_ptr(buffered(k, index, len)) : nullptr,
-                        is_root ? output(r) + offset : nullptr, len, 0, local_root);
+                        root.is_root ? output(r) + offset : nullptr, len, 0, root.local_root);
         ++index;
       }
     };
-    return run_pipelined(topology_, c, shm_describe(c, total, total * n, local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(c, total, total * n, root.local_root), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
-  HostLayout hosts_;
 };
 
 }  // namespace

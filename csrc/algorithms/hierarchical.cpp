@@ -208,8 +208,23 @@ HostLayout::HostLayout(const ShmTopology& topology) {
   my_host = hosts ? topology.host_of_rank[topology.group_rank] : 0;
 }
 
-size_t pipeline_piece_bytes(size_t max_piece, size_t element) {
-  return std::max(element, max_piece / element * element);
+size_t pipeline_piece_bytes(size_t max_piece, size_t element, int blocks) {
+  return std::max(element, max_piece / blocks / element * element);
+}
+
+at::Tensor HierarchicalAlgorithm::relay_buffer(const RootPlacement& root, size_t piece,
+                                               const at::TensorOptions& options) const {
+  if (!topology_.leads_host() || root.is_root) return at::Tensor();
+  const int local_size = topology_.engine->local_size();
+  const int blocks = root.on_root_host ? topology_.group_size - local_size : local_size;
+  const int64_t element = static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
+  return at::empty({2, static_cast<int64_t>(blocks * piece) / element}, options);
+}
+
+RootPlacement HierarchicalAlgorithm::place_root(int root) const {
+  const int host = topology_.host_of_rank[root];
+  const bool on_root_host = hosts_.my_host == host;
+  return {root, host, on_root_host, on_root_host ? topology_.local_rank_of(root) : -1, topology_.group_rank == root};
 }
 
 at::Tensor byte_range(const at::Tensor& t, size_t offset, size_t bytes) {

@@ -83,14 +83,56 @@ struct HostLayout {
   }
 };
 
-// Bytes per piece of a pipelined algorithm's largest buffer (all_reduce: the
-// tensor; all_gather: the output; reduce_scatter: the input): `max_piece`
-// (Config::pipeline_piece_bytes) as a multiple of `element`; the algorithms
-// that move N blocks take 1/N of it per block. Messages up to one piece run
-// unpipelined. Larger pieces cost fewer Gloo ops (a CPU-bound host gains),
-// smaller ones keep less in flight on the link (a congested one gains):
-// measured in docs/algorithms.md. A piece may span several engine rounds.
-size_t pipeline_piece_bytes(size_t max_piece, size_t element);
+// Bytes per block per piece of a pipelined algorithm: `max_piece`
+// (Config::pipeline_piece_bytes) of its largest buffer (all_reduce: the
+// tensor; all_gather and gather: the output; reduce_scatter and scatter: the
+// input), which holds `blocks` blocks (1, or N per-rank blocks), as a multiple
+// of `element`. Messages up to one piece run unpipelined. Larger pieces cost
+// fewer Gloo ops (a CPU-bound host gains), smaller ones keep less in flight on
+// the link (a congested one gains): measured in docs/algorithms.md. A piece
+// may span several engine rounds.
+size_t pipeline_piece_bytes(size_t max_piece, size_t element, int blocks = 1);
+
+// The Gloo tag of piece k of group rank r's block (n: group size), for the
+// algorithms that send one message per block and piece.
+inline int piece_tag(size_t k, int n, int r) {
+  return static_cast<int>(k) * n + r;
+}
+
+// Where the root of a rooted collective sits, as this rank sees it.
+struct RootPlacement {
+  int root;          // group rank
+  int host;          // its host
+  bool on_root_host; // this rank shares that host
+  int local_root;    // the root's local rank on its host; -1 on other hosts
+  bool is_root;      // this rank is the root
+};
+
+// Base of the hierarchical algorithms: the group's topology and hosts, the
+// leaders' Gloo group (on hosts' leaders) and the piece size of the pipelined
+// ones (0 for the others).
+class HierarchicalAlgorithm : public ShmAlgorithm {
+ public:
+  HierarchicalAlgorithm(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece = 0)
+      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
+
+ protected:
+  // The gate every hierarchical algorithm starts its accepts() with: the group
+  // spans hosts and, on a leader, the leaders' group exists.
+  bool runs_here() const {
+    return topology_.hierarchical() && (!topology_.leads_host() || leaders_);
+  }
+  RootPlacement place_root(int root) const;
+  // gather's and scatter's relay on a leader that is not the root: room for
+  // two pieces (one on the wire, one being copied) of the blocks it relays,
+  // the other hosts' N-P on the root's host, its own host's P elsewhere
+  // (`piece` bytes each); undefined on the other ranks.
+  at::Tensor relay_buffer(const RootPlacement& root, size_t piece, const at::TensorOptions& options) const;
+
+  c10::intrusive_ptr<c10d::Backend> leaders_;
+  const size_t max_piece_;
+  HostLayout hosts_;
+};
 
 // Number of pieces of `total` bytes cut into `piece`-byte pieces (at least 1).
 inline size_t pieces_of(size_t total, size_t piece) {

@@ -22,28 +22,24 @@ namespace fastcomm {
 
 namespace {
 
-class ReduceHierarchical final : public ShmAlgorithm {
+class ReduceHierarchical final : public HierarchicalAlgorithm {
  public:
-  ReduceHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "reduce_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::REDUCE && shm_reduces_one_tensor(c);
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const int root = static_cast<int>(c.peer);
-    const int root_host = topology_.host_of_rank[root];
-    const bool on_root_host = topology_.host_of_rank[topology_.group_rank] == root_host;
-    const int local_root = on_root_host ? topology_.local_rank_of(root) : -1;
-    const bool leads = topology_.leads_host(), leader_is_root = leads && topology_.group_rank == root;
+    const RootPlacement root = place_root(static_cast<int>(c.peer));
+    const bool leads = topology_.leads_host(), leader_is_root = leads && root.is_root;
     const size_t piece = pipeline_piece_bytes(max_piece_, r.element);
     auto length = [&](size_t k) { return std::min(piece, r.total - k * piece); };
     at::Tensor sums;  // the leader's sums of two pieces (one being reduced, one on the wire), unless it is the root
@@ -70,21 +66,18 @@ class ReduceHierarchical final : public ShmAlgorithm {
       if (length(k) == 0) return LeaderWorks{};
       c10d::ReduceOptions options;
       options.reduceOp = c.reduce_op;
-      options.rootRank = root_host;
+      options.rootRank = root.host;
       options.timeout = c.timeout;
       std::vector<at::Tensor> tensors{sum_of(k)};
       return LeaderWorks{leaders_->reduce(tensors, options)};
     };
     steps.inside_after = [&](size_t k) {
-      if (!on_root_host || local_root == 0) return;
-      shm_pass_chunks(engine, leads ? byte_ptr(sum_of(k)) : nullptr, r.data + k * piece, length(k), 0, local_root);
+      if (!root.on_root_host || root.local_root == 0) return;
+      shm_pass_chunks(engine, leads ? byte_ptr(sum_of(k)) : nullptr, r.data + k * piece, length(k), 0, root.local_root);
     };
-    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, root.local_root), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
 };
 
 }  // namespace

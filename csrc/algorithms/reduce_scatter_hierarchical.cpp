@@ -28,17 +28,16 @@ namespace fastcomm {
 
 namespace {
 
-class ReduceScatterHierarchical final : public ShmAlgorithm {
+class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
  public:
-  ReduceScatterHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "reduce_scatter_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     if (!shm_eligible(c) || c.outputs.size() != 1) return false;
     if (!cpu_kernel_reduction(c.reduce_op, c.outputs[0].scalar_type())) return false;
     if (c.type == c10d::OpType::_REDUCE_SCATTER_BASE) return c.inputs.size() == 1;
@@ -57,7 +56,7 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
     const bool base = c.type == c10d::OpType::_REDUCE_SCATTER_BASE;
     auto block = [&](int r) { return base ? byte_ptr(c.inputs[0]) + r * total : byte_ptr(c.input_lists[0][r]); };
     // A piece is cut from the whole input (N blocks), so the leader's buffers stay within 4 pieces' bytes.
-    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes / element); };
     // Bytes per block per round: N blocks fit one slot before, P blocks after.
@@ -129,10 +128,6 @@ class ReduceScatterHierarchical final : public ShmAlgorithm {
     return run_pipelined(topology_, c, shm_describe(c, total * n, total, -1), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
-  HostLayout hosts_;
 };
 
 }  // namespace

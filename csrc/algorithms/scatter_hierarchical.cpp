@@ -22,60 +22,49 @@ namespace fastcomm {
 
 namespace {
 
-class ScatterHierarchical final : public ShmAlgorithm {
+class ScatterHierarchical final : public HierarchicalAlgorithm {
  public:
-  ScatterHierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders, int64_t max_piece)
-      : ShmAlgorithm(std::move(topology)), leaders_(std::move(leaders)), max_piece_(max_piece), hosts_(topology_) {}
+  using HierarchicalAlgorithm::HierarchicalAlgorithm;
 
   const char* name() const override {
     return "scatter_hierarchical";
   }
 
   bool accepts(const Collective& c) const override {
-    if (!topology_.hierarchical() || (topology_.leads_host() && !leaders_)) return false;
+    if (!runs_here()) return false;
     return c.type == c10d::OpType::SCATTER && shm_eligible(c) && c.outputs.size() == 1;
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const int n = topology_.group_size, me = hosts_.my_host, local_size = engine.local_size();
-    const int root = static_cast<int>(c.peer), root_host = topology_.host_of_rank[root];
-    const bool on_root_host = me == root_host, leads = topology_.leads_host();
-    const bool is_root = topology_.group_rank == root, leader_is_root = leads && is_root;
-    const int local_root = on_root_host ? topology_.local_rank_of(root) : -1;
+    const RootPlacement root = place_root(static_cast<int>(c.peer));
+    const bool leads = topology_.leads_host(), leader_is_root = leads && root.is_root;
     const at::Tensor& output = c.outputs[0];
     const size_t total = output.nbytes(), element = output.element_size();
     const std::vector<int>& mine = hosts_.ranks_of_host[me];
     auto input = [&](int r) { return byte_ptr(c.input_lists[0][r]); };  // the root's only
-    const size_t piece = std::max(element, pipeline_piece_bytes(max_piece_, element) / n / element * element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
-    auto tag = [&](size_t k, int r) { return static_cast<int>(k) * n + r; };
-    // Leaders' buffers for two pieces: the other hosts' N-P pieces in host
-    // order (host R, when the root is not the leader), or their host's P pieces.
-    const int remote = n - local_size;
-    at::Tensor buffer;
-    if (leads && !leader_is_root) {
-      const int64_t per_piece = static_cast<int64_t>((on_root_host ? remote : local_size) * piece / element);
-      buffer = at::empty({2, per_piece}, output.options());
-    }
+    const at::Tensor buffer = relay_buffer(root, piece, output.options());
     auto buffered = [&](size_t k, int index, size_t len) { return byte_range(buffer[k % 2], index * len, len); };
 
     PipelinedSteps steps;
     steps.pieces = pieces_of(total, piece);
     steps.inside_before = [&](size_t k) {
-      if (!on_root_host) return;
+      if (!root.on_root_host) return;
       const size_t offset = k * piece, len = length(k);
       std::vector<const char*> from(local_size, nullptr);
-      if (is_root) {
+      if (root.is_root) {
         for (int q = 0; q < local_size; ++q) from[q] = input(mine[q]) + offset;
       }
-      shm_scatter_chunks(engine, from, byte_ptr(output) + offset, len, element, local_root);
-      if (local_root == 0) return;  // the root leads: it sends straight from its inputs
+      shm_scatter_chunks(engine, from, byte_ptr(output) + offset, len, element, root.local_root);
+      if (root.local_root == 0) return;  // the root leads: it sends straight from its inputs
       int index = 0;
       for (int r : hosts_.host_order) {
         if (topology_.host_of_rank[r] == me) continue;
-        shm_pass_chunks(engine, is_root ? input(r) + offset : nullptr,
-                        leads ? byte_ptr(buffered(k, index, len)) : nullptr, len, local_root, 0);
+        shm_pass_chunks(engine, root.is_root ? input(r) + offset : nullptr,
+                        leads ? byte_ptr(buffered(k, index, len)) : nullptr, len, root.local_root, 0);
         ++index;
       }
     };
@@ -83,9 +72,9 @@ class ScatterHierarchical final : public ShmAlgorithm {
       const size_t offset = k * piece, len = length(k);
       LeaderWorks works;
       if (len == 0) return works;
-      if (!on_root_host) {
+      if (!root.on_root_host) {
         for (int q = 0; q < local_size; ++q) {
-          works.push_back(leaders_recv(*leaders_, buffered(k, q, len), root_host, tag(k, mine[q])));
+          works.push_back(leaders_recv(*leaders_, buffered(k, q, len), root.host, piece_tag(k, n, mine[q])));
         }
         return works;
       }
@@ -94,13 +83,13 @@ class ScatterHierarchical final : public ShmAlgorithm {
         const int g = topology_.host_of_rank[r];
         if (g == me) continue;
         const at::Tensor from = leader_is_root ? byte_range(c.input_lists[0][r], offset, len) : buffered(k, index, len);
-        works.push_back(leaders_send(*leaders_, from, g, tag(k, r)));
+        works.push_back(leaders_send(*leaders_, from, g, piece_tag(k, n, r)));
         ++index;
       }
       return works;
     };
     steps.inside_after = [&](size_t k) {
-      if (on_root_host) return;
+      if (root.on_root_host) return;
       const size_t offset = k * piece, len = length(k);
       std::vector<const char*> from(local_size, nullptr);
       if (leads) {
@@ -108,13 +97,9 @@ class ScatterHierarchical final : public ShmAlgorithm {
       }
       shm_scatter_chunks(engine, from, byte_ptr(output) + offset, len, element, 0);
     };
-    return run_pipelined(topology_, c, shm_describe(c, total * n, total, local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(c, total * n, total, root.local_root), leaders_.get(), steps);
   }
 
- private:
-  c10::intrusive_ptr<c10d::Backend> leaders_;
-  const size_t max_piece_;
-  HostLayout hosts_;
 };
 
 }  // namespace
