@@ -9,7 +9,8 @@
 // Contract of launch(): it must not block on peers. It returns a Launched whose
 // future completes (with Collective::result_tensors()) once the outputs are
 // final, or with the error that stopped it. P2P delegates have no future; their
-// `works` are waited directly.
+// `works` are waited directly. Shared-memory p2p has both a future and a
+// `driver` work whose wait() moves the op on the caller's thread.
 #pragma once
 
 #include <chrono>
@@ -27,6 +28,9 @@ namespace fastcomm {
 struct Launched {
   c10::intrusive_ptr<c10::ivalue::Future> future;        // null only for delegated p2p
   std::vector<c10::intrusive_ptr<c10d::Work>> works;      // what runs underneath, for abort()
+  // Set by ops that progress on the waiting thread (shm p2p): the Work's
+  // wait() and isCompleted() call it instead of sleeping on the future.
+  c10::intrusive_ptr<c10d::Work> driver;
 };
 
 class Dispatcher;

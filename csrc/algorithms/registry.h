@@ -11,6 +11,10 @@
 
 namespace fastcomm {
 
+namespace shm {
+class P2pChannels;
+}
+
 std::unique_ptr<Algorithm> make_contiguous_staging();
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);
 std::unique_ptr<Algorithm> make_alltoall_list_via_single();
@@ -30,6 +34,8 @@ std::unique_ptr<Algorithm> make_allgather_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_reduce_scatter_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_alltoall_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_barrier_shm(ShmTopology topology);
+// send/recv through the host's per-pair channels (the group on one host).
+std::unique_ptr<Algorithm> make_p2p_shm(ShmTopology topology, std::shared_ptr<shm::P2pChannels> channels);
 // Several hosts: shared memory inside each, `leaders` (Gloo, one rank per host) between them.
 // max_piece: Config::pipeline_piece_bytes (the pipelined ones).
 std::unique_ptr<Algorithm> make_allreduce_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders,

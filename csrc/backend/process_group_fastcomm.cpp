@@ -58,6 +58,10 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_reduce_scatter_shm(topology));
     dispatcher_.add(make_alltoall_shm(topology));
     dispatcher_.add(make_barrier_shm(topology));
+    if (size > 1) {
+      p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine);
+      dispatcher_.add(make_p2p_shm(topology, p2p_));
+    }
   }
   if (topology.hierarchical()) {
     const int64_t max_piece = config_.pipeline_piece_bytes;
@@ -282,12 +286,14 @@ void ProcessGroupFastcomm::setTimeout(std::chrono::milliseconds timeout) {
 
 void ProcessGroupFastcomm::abort() {
   if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
+  if (p2p_) p2p_->close(c10::str("rank ", rank_, " aborted the group"));
   transports_.gloo->abort();
   if (transports_.nccl) transports_.nccl->abort();
 }
 
 void ProcessGroupFastcomm::shutdown() {
   if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
+  if (p2p_) p2p_->close(c10::str("rank ", rank_, " shut the group down"));
   transports_.gloo->shutdown();
   if (transports_.nccl) transports_.nccl->shutdown();
 }

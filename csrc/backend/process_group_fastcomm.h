@@ -21,6 +21,7 @@
 #include "core/collective.h"
 #include "core/config.h"
 #include "transport/shm/engine.h"
+#include "transport/shm/p2p_channels.h"
 
 namespace fastcomm {
 
@@ -115,6 +116,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
   const Config config_;
   const Transports transports_;
+  std::shared_ptr<shm::P2pChannels> p2p_;  // single-host groups: send/recv through shared memory
   Dispatcher dispatcher_;
   std::atomic<uint64_t> sequence_number_{0};      // collectives
   std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv

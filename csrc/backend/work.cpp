@@ -36,6 +36,7 @@ FastcommWork::FastcommWork(
 }
 
 bool FastcommWork::isCompleted() {
+  if (launched_.driver) return launched_.driver->isCompleted();
   if (launched_.future) return launched_.future->completed();
   for (auto& w : launched_.works) {
     if (!w->isCompleted()) return false;
@@ -104,6 +105,7 @@ bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
 
 bool FastcommWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  if (launched_.driver) return launched_.driver->wait(limit);
   return launched_.future ? wait_future(limit) : wait_works(limit);
 }
 

@@ -147,3 +147,45 @@ def test_creator_killed_at_any_setup_step_leaves_nothing(step, tmp_path):
     before = re.search(r"SHM_BEFORE (\d+)", out.stdout).group(1)
     assert re.findall(r"SHM [12] (\d+)", out.stdout) == [before, before], text
     assert re.search(r"SHM_AFTER (\d+)", out.stdout).group(1) == before, text
+
+
+@pytest.mark.parametrize(
+    "scenario, pattern, limit",
+    [
+        ("p2p_dead_peer", r"fastcomm recv: rank 1 \(pid \d+\) on this host exited with messages pending", 5.0),
+        ("p2p_left_peer", r"fastcomm recv: rank 1 left the group \(shutdown, abort or destroy_process_group\)", 5.0),
+        ("p2p_silent_peer", r"fastcomm recv: rank 0's recv of 262144 B \(tag 0\) from rank 1 timed out after 3000 ms "
+                            r"with 0 of 262144 B moved", 6.0),
+    ],
+)
+def test_p2p_missing_peer(tmp_path, scenario, pattern, limit):
+    """A receive from a dead, departed or silent peer on the shared-memory
+    channels fails naming it: dead and departed within a second or so (the
+    group timeout is 10 s), silent at the group timeout (3 s)."""
+    text, results = _run(scenario, 2, tmp_path)
+    assert sorted(results) == [0], text
+    seconds, error = _seconds_and_error(results[0][0])
+    assert error.startswith("DistBackendError: "), text
+    assert re.search(pattern, error), text
+    assert seconds < limit, text
+    if scenario == "p2p_silent_peer":
+        assert seconds >= 2.9, text
+
+
+def test_p2p_size_mismatch_fails_both_sides(tmp_path):
+    """Sizes that differ fail the receive (RuntimeError) and the send: at once
+    while it is in flight, else the sender's next message to that rank; the
+    group's collectives keep working."""
+    text, results = _run("p2p_mismatch", 3, tmp_path)
+    differ = r"rank %d's recv of %d B \(tag 0\) from rank %d matched a message of %d B from rank %d: the sizes differ"
+    big = differ % (1, 2 << 20, 0, 3 << 20, 0)
+    small = differ % (2, 48, 1, 40, 1)
+    seconds, error = _seconds_and_error(results[0][0])
+    assert error.startswith("DistBackendError: fastcomm send: the receiver refused a message: ") and re.search(big, error), text
+    assert seconds < 5.0, text
+    errors_1 = [_seconds_and_error(line)[1] for line in results[1]]
+    assert len(errors_1) == 2 and re.search("RuntimeError: fastcomm recv: " + big, errors_1[0]), text
+    assert re.search("DistBackendError: fastcomm send: the receiver refused a message: " + small, errors_1[1]), text
+    errors_2 = [_seconds_and_error(line)[1] for line in results[2]]
+    assert len(errors_2) == 1 and re.search("RuntimeError: fastcomm recv: " + small, errors_2[0]), text
+    assert text.count("group works") == 3, text

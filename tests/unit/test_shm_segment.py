@@ -65,7 +65,7 @@ def test_attach_validates_and_the_path_dies_with_the_creator():
 
 @pytest.mark.parametrize("field, offset, fmt, message", [
     ("magic", 0, "<Q", "bad magic number"),
-    ("version", 8, "<I", "has layout version 99, this build uses 2"),
+    ("version", 8, "<I", "has layout version 99, this build uses 3"),
 ])
 def test_attach_rejects_a_corrupt_header(created, field, offset, fmt, message):
     with open(created.segment_name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as header:

@@ -1,17 +1,10 @@
 #include "transport/shm/engine.h"
 
-#include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -19,48 +12,11 @@
 
 #include "core/errors.h"
 #include "core/names.h"
+#include "transport/shm/waiting.h"
 
 namespace fastcomm::shm {
 
 namespace {
-
-constexpr int kSpinIterations = 4000;   // ~ tens of microseconds of pause loops
-constexpr int kYieldIterations = 64;
-constexpr auto kSleepSlice = std::chrono::milliseconds(2);   // futex wait cap: bounds deadline checks
-constexpr auto kPidCheckInterval = std::chrono::milliseconds(100);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// FUTEX_WAIT/WAKE without the PRIVATE flag: the word is shared between processes.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
-  struct timespec ts;
-  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
-  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// False when the process is gone or a zombie (killed but not yet reaped).
-bool process_alive(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  std::ifstream stat(path);
-  if (!stat) return true;  // no procfs: rely on kill()
-  std::string line;
-  std::getline(stat, line);
-  const auto paren = line.rfind(')');  // the command name may contain spaces
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
-}
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
   return a.op_index == b.op_index && a.type == b.type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&

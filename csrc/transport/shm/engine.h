@@ -64,6 +64,16 @@ class Engine {
   int group_rank_of(int local_rank) const {
     return group_ranks_[local_rank];
   }
+  // The segment (the p2p channels live in it too), and how waiting behaves.
+  const Segment& segment() const {
+    return *segment_;
+  }
+  bool spins() const {
+    return spin_iterations_ > 0;
+  }
+  bool checks_pids() const {
+    return check_pids_;
+  }
 
   // Starts an op named `op` (for messages) that must finish within `timeout`.
   // Throws DistBackendError if an earlier op failed in a way that left the

@@ -1,11 +1,16 @@
 // The layout of a fastcomm shared-memory segment (one per process group and host).
 //
 //   [SegmentHeader, one page] [RankControl x local_size] [data: 2 buffers x local_size slots]
+//   [p2p: local_size x local_size channels (src, dst), each a control page and a ring of slots]
 //
 // Every rank of the host maps the same segment. Each rank owns one RankControl
 // (it alone writes it; peers read it) and one slot in each of the two data
 // buffers. Slot sizes are multiples of 4096 bytes so every slot starts on a
-// page (and cache-line) boundary. Changing anything here bumps kVersion.
+// page (and cache-line) boundary. The point-to-point channels (p2p_channels.h)
+// follow: channel (src, dst) carries messages from local rank src to local
+// rank dst only; the diagonal (src == dst) is never used and, like every
+// channel no pair uses, never touched, so the kernel never allocates its pages.
+// Changing anything here bumps kVersion.
 #pragma once
 
 #include <atomic>
@@ -15,7 +20,7 @@
 namespace fastcomm::shm {
 
 constexpr uint64_t kMagic = 0x4d4d4f4354534146ull;  // "FASTCOMM" little-endian
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kControlBytes = 256;  // four cache lines per rank: no false sharing between ranks
 constexpr size_t kSlotAlignment = 4096;
@@ -56,10 +61,45 @@ struct RankControl {
   int32_t pid;                    // for liveness checks by peers
   std::atomic<int32_t> left;      // 1 once the rank shut its group down: peers still waiting for it stop
   OpDescriptor descriptor[kBuffers];  // the op whose first round used buffer b
+  // Point-to-point doorbell of this rank, on its own cache line: a peer that
+  // changed a channel this rank reads or writes bumps `p2p_doorbell` and, when
+  // `p2p_sleepers` > 0, wakes the futex on it (p2p_channels.cpp).
+  alignas(64) std::atomic<uint32_t> p2p_doorbell;
+  std::atomic<uint32_t> p2p_sleepers;
 };
+
+// Point-to-point channel geometry: a ring of kChannelSlots slots of
+// kChannelSlotBytes (header included) per ordered pair of local ranks. 8 x 128
+// KiB: a message of up to ~1 MiB is written in one go without waiting for the
+// receiver, and larger ones stream through a ring that stays in the caches.
+constexpr int kChannelSlots = 8;
+constexpr size_t kChannelSlotBytes = 128 * 1024;
+constexpr size_t kChannelControlBytes = 4096;
+
+// The receiver's and the sender's counters on separate cache lines; both only grow.
+struct ChannelControl {
+  alignas(64) std::atomic<uint64_t> written;  // slots the sender has filled (sender writes, release)
+  alignas(64) std::atomic<uint64_t> consumed;  // slots the receiver has emptied (receiver writes, release)
+  // Set by the receiver when it refuses a message (size mismatch): the channel
+  // is dead from then on and the sender fails with `refusal` (NUL-terminated).
+  alignas(64) std::atomic<int32_t> refused;
+  char refusal[512];
+};
+
+// The start of every channel slot; the payload follows at kChannelHeaderBytes.
+struct ChannelSlotHeader {
+  uint64_t message_bytes;  // the whole message
+  uint64_t offset;         // of this chunk within the message
+  uint64_t chunk_bytes;    // payload bytes in this slot
+  int64_t tag;
+};
+constexpr size_t kChannelHeaderBytes = 64;
+constexpr size_t kChannelPayloadBytes = kChannelSlotBytes - kChannelHeaderBytes;
 
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes, "header must fit its page");
 static_assert(sizeof(RankControl) <= kControlBytes, "control block must fit its cache lines");
+static_assert(sizeof(ChannelControl) <= kChannelControlBytes, "channel control must fit its page");
+static_assert(sizeof(ChannelSlotHeader) <= kChannelHeaderBytes, "slot header must fit its cache line");
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to work across processes");
 
@@ -79,8 +119,19 @@ inline size_t slot_offset(int local_size, size_t slot_bytes, int buffer, int loc
   return data_offset(local_size) + (static_cast<size_t>(buffer) * local_size + local_rank) * slot_bytes;
 }
 
-inline size_t segment_bytes(int local_size, size_t slot_bytes) {
+// Where the collectives' part ends: the p2p channels start here.
+inline size_t p2p_offset(int local_size, size_t slot_bytes) {
   return slot_offset(local_size, slot_bytes, kBuffers, 0);
+}
+
+constexpr size_t kChannelBytes = kChannelControlBytes + kChannelSlots * kChannelSlotBytes;
+
+inline size_t channel_offset(int local_size, size_t slot_bytes, int src, int dst) {
+  return p2p_offset(local_size, slot_bytes) + (static_cast<size_t>(src) * local_size + dst) * kChannelBytes;
+}
+
+inline size_t segment_bytes(int local_size, size_t slot_bytes) {
+  return channel_offset(local_size, slot_bytes, local_size, 0);
 }
 
 }  // namespace fastcomm::shm

@@ -34,9 +34,18 @@ struct FileDescriptor {
   }
 };
 
-void* map(int fd, size_t bytes) {
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  return base == MAP_FAILED ? nullptr : base;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it and pages fault in on first use
+#endif
+
+// Maps the whole segment but faults in only the collectives' part up front
+// (`populate` bytes): the p2p channels (local_size^2 MiB) get pages only when
+// a pair of ranks first uses them.
+void* map(int fd, size_t bytes, size_t populate) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return nullptr;
+  ::madvise(base, populate, MADV_POPULATE_WRITE);
+  return base;
 }
 
 }  // namespace
@@ -50,7 +59,7 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
   TORCH_CHECK(file.fd >= 0, "fastcomm shm: memfd_create failed: ", errno_text());
   TORCH_CHECK(::ftruncate(file.fd, static_cast<off_t>(bytes)) == 0, "fastcomm shm: ftruncate to ", bytes,
               " bytes failed (is shared memory full?): ", errno_text());
-  void* base = map(file.fd, bytes);
+  void* base = map(file.fd, bytes, p2p_offset(local_size, slot_bytes));
   TORCH_CHECK(base, "fastcomm shm: mmap of ", bytes, " bytes failed: ", errno_text());
   const std::string name = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file.fd);
   auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, file.fd));
@@ -82,7 +91,7 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size
   TORCH_CHECK(static_cast<size_t>(st.st_size) == bytes, "fastcomm shm: segment ", name, " has ", st.st_size,
               " bytes, expected ", bytes);
   TORCH_CHECK(st.st_uid == ::geteuid(), "fastcomm shm: segment ", name, " belongs to another user");
-  void* base = map(file.fd, bytes);
+  void* base = map(file.fd, bytes, p2p_offset(local_size, slot_bytes));
   TORCH_CHECK(base, "fastcomm shm: mmap of ", name, " failed: ", errno_text());
   auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, -1));
   const SegmentHeader* h = segment->header();

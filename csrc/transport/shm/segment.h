@@ -56,6 +56,14 @@ class Segment {
   char* slot(int buffer, int local_rank) const {
     return static_cast<char*>(base_) + slot_offset(local_size(), slot_bytes(), buffer, local_rank);
   }
+  // The point-to-point channel from local rank `src` to local rank `dst`, and its slot `i`.
+  ChannelControl* channel(int src, int dst) const {
+    return reinterpret_cast<ChannelControl*>(static_cast<char*>(base_) +
+                                             channel_offset(local_size(), slot_bytes(), src, dst));
+  }
+  char* channel_slot(int src, int dst, int i) const {
+    return reinterpret_cast<char*>(channel(src, dst)) + kChannelControlBytes + static_cast<size_t>(i) * kChannelSlotBytes;
+  }
 
  private:
   Segment(std::string name, void* base, size_t bytes, int fd)

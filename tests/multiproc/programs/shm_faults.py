@@ -18,6 +18,14 @@ dead_other_host: 4 ranks as 2 hosts of 2; rank 3 (host 1, not its leader)
             kills itself instead of joining an all_reduce; every live rank,
             host 0's included, must name it within the group timeout (5 s)
             plus a second.
+p2p_dead_peer / p2p_silent_peer / p2p_left_peer: as above, but the last rank
+            misses a send: rank 0 waits in recv from it (2 ranks, shared-memory
+            channels); rank 0 must raise naming it (dead: within the timeout,
+            10 s; silent: at the timeout, 3 s; left: at once).
+p2p_mismatch: 3 ranks; rank 0 sends 3 MiB to rank 1, which expects 2 MiB
+            (the send is still in flight), rank 1 sends 40 B to rank 2, which
+            expects 48 B (that send completes, the next one to rank 2 fails);
+            both sides of each pair must raise, and the collectives still work.
 Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
 'RESULT <rank> ok', and 'SHM <rank> <fastcomm entries in /dev/shm>'.
 """
@@ -145,7 +153,67 @@ def _dead_other_host(rank: int, world_size: int, store_path: str) -> None:
     os._exit(0)
 
 
+def _p2p_missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None:
+    _init(rank, world_size, store_path, 3.0 if how == "sleep" else 10.0)
+    t = torch.zeros(1 << 16)
+    if rank == world_size - 1:
+        dist.send(torch.ones(1 << 16), dst=0)  # one good message first
+        if how == "kill":
+            time.sleep(0.3)  # rank 0 waits in its second recv by now
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "leave":
+            time.sleep(0.5)
+            dist.destroy_process_group()
+        time.sleep(20)
+        os._exit(0)
+    dist.recv(t, src=world_size - 1)
+    start = time.monotonic()
+    try:
+        dist.recv(t, src=world_size - 1)
+    except Exception as err:  # noqa: BLE001
+        _report(rank, start, err)
+        os._exit(0)
+    _say(f"RESULT {rank} ok")
+    os._exit(1)
+
+
+def _p2p_mismatch(rank: int, world_size: int, store_path: str) -> None:
+    _init(rank, world_size, store_path, 10.0)
+    start = time.monotonic()
+    try:
+        if rank == 0:
+            dist.send(torch.ones(3 << 18), dst=1)  # 3 MiB: more than the channel holds
+        elif rank == 1:
+            try:
+                dist.recv(torch.zeros(2 << 18), src=0)
+            finally:
+                dist.send(torch.ones(10), dst=2)  # completes: 40 B fit the channel
+                time.sleep(0.5)  # rank 2 has refused it by now
+            raise AssertionError("unreachable")
+        else:
+            dist.recv(torch.zeros(12), src=1)
+    except Exception as err:  # noqa: BLE001
+        _report(rank, start, err)
+    if rank == 1:
+        try:
+            dist.send(torch.ones(10), dst=2)
+        except Exception as err:  # noqa: BLE001
+            _report(rank, start, err)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world_size))), t
+    _say(f"AFTER {rank} group works")
+    dist.destroy_process_group()
+
+
 def _rank(rank: int, scenario: str, world_size: int, store_path: str) -> None:
+    if scenario.startswith("p2p_"):
+        if scenario == "p2p_mismatch":
+            _p2p_mismatch(rank, world_size, store_path)
+        else:
+            how = {"p2p_dead_peer": "kill", "p2p_silent_peer": "sleep", "p2p_left_peer": "leave"}[scenario]
+            _p2p_missing_peer(rank, world_size, store_path, how)
+        return
     if scenario == "dead_other_host":
         _dead_other_host(rank, world_size, store_path)
     elif scenario == "mismatch_hosts":

@@ -1,0 +1,106 @@
+// p2p_shm: send, recv and recv from any source through the host's per-pair
+// shared-memory channels (transport/shm/p2p_channels.h).
+//
+// Gate: CPU tensors (contiguous: validation refuses others) in a group whose
+// ranks all live on one host. In a group that spans hosts every p2p op stays
+// on Gloo: a receive from any source must listen on one transport, and a
+// sender cannot know which one its receiver uses.
+// Steps: the message goes through the channel in chunks of ~128 KiB, at most
+// 8 in flight; no other rank takes part. Bytes moved: S into the ring and S
+// out of it (two copies, both in this host's memory); nothing on the network.
+//
+// Execution: launch() posts the op and returns (it does not wait for the
+// peer). The Work's wait() moves this rank's pending p2p ops on the calling
+// thread (lowest latency); the channels' progress thread moves them while
+// nobody waits, and completes the future.
+#include <ATen/core/jit_type.h>
+
+#include "algorithms/registry.h"
+#include "core/errors.h"
+#include "transport/shm/p2p_channels.h"
+
+namespace fastcomm {
+
+namespace {
+
+using shm::P2pChannels;
+using shm::P2pOp;
+
+// What the Work's wait(), isCompleted() and sourceRank() act on.
+class ShmP2pWork final : public c10d::Work {
+ public:
+  ShmP2pWork(int rank, c10d::OpType type, std::shared_ptr<P2pChannels> channels, std::shared_ptr<P2pOp> op,
+             std::chrono::milliseconds timeout)
+      : c10d::Work(rank, type), channels_(std::move(channels)), op_(std::move(op)), timeout_(timeout) {}
+
+  bool isCompleted() override {
+    return channels_->poll(op_);
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    channels_->wait(op_, timeout == kNoTimeout ? timeout_ : timeout);
+    return true;
+  }
+  int sourceRank() const override {
+    TORCH_CHECK(op_->finished() && op_->source() >= 0, "fastcomm recv: sourceRank() is known once the receive is done");
+    return channels_->group_rank_of(op_->source());
+  }
+
+ private:
+  std::shared_ptr<P2pChannels> channels_;
+  std::shared_ptr<P2pOp> op_;
+  std::chrono::milliseconds timeout_;
+};
+
+class P2pShm final : public Algorithm {
+ public:
+  P2pShm(ShmTopology topology, std::shared_ptr<P2pChannels> channels)
+      : topology_(std::move(topology)), channels_(std::move(channels)), local_rank_of_(topology_.group_size, -1) {
+    for (int local = 0; local < topology_.engine->local_size(); ++local) {
+      local_rank_of_[topology_.engine->group_rank_of(local)] = local;
+    }
+  }
+
+  const char* name() const override {
+    return "p2p_shm";
+  }
+
+  bool accepts(const Collective& c) const override {
+    return c.device == c10::DeviceType::CPU && c.is_p2p() && topology_.single_host() && c.inputs.size() == 1 &&
+           c.inputs[0].is_contiguous() && c.inputs[0].layout() == c10::kStrided;
+  }
+
+  Launched launch(Collective& c, Dispatcher&) override {
+    const at::Tensor& t = c.inputs[0];
+    const bool send = c.type == c10d::OpType::SEND;
+    const int peer = c.type == c10d::OpType::RECVANYSOURCE ? -1 : local_rank_of_[c.peer];
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    std::vector<at::Tensor> results = c.result_tensors();
+    // The callback holds the tensor until the op is done, even if the caller drops the Work.
+    auto op = channels_->post(send ? P2pOp::Kind::kSend : P2pOp::Kind::kRecv, peer, c.tag, t.data_ptr(), t.nbytes(),
+                              c.timeout, [future, results](std::exception_ptr error) {
+                                if (error) {
+                                  future->setError(error);
+                                } else {
+                                  future->markCompleted(c10::IValue(results));
+                                }
+                              });
+    Launched out;
+    out.future = future;
+    out.driver = c10::make_intrusive<ShmP2pWork>(topology_.group_rank, c.type, channels_, op, c.timeout);
+    out.works.push_back(out.driver);
+    return out;
+  }
+
+ private:
+  ShmTopology topology_;
+  std::shared_ptr<P2pChannels> channels_;
+  std::vector<int> local_rank_of_;  // group rank -> local rank
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_p2p_shm(ShmTopology topology, std::shared_ptr<shm::P2pChannels> channels) {
+  return std::make_unique<P2pShm>(std::move(topology), std::move(channels));
+}
+
+}  // namespace fastcomm

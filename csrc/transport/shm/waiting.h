@@ -1,0 +1,62 @@
+// How shared-memory waiters wait: pause loops, futexes on words in the
+// segment, and whether a peer process still lives. Shared by the engine
+// (collectives) and the point-to-point channels.
+#pragma once
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+
+namespace fastcomm::shm {
+
+// Waiting spins (when ranks do not outnumber cores), then yields, then sleeps.
+constexpr int kSpinIterations = 4000;  // ~ tens of microseconds of pause loops
+constexpr int kYieldIterations = 64;
+constexpr auto kSleepSlice = std::chrono::milliseconds(2);  // futex wait cap: bounds deadline checks
+constexpr auto kPidCheckInterval = std::chrono::milliseconds(100);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// FUTEX_WAIT/WAKE without the PRIVATE flag: the word is shared between processes.
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// False when the process is gone or a zombie (killed but not yet reaped).
+inline bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  std::ifstream stat(path);
+  if (!stat) return true;  // no procfs: rely on kill()
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');  // the command name may contain spaces
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
+}  // namespace fastcomm::shm

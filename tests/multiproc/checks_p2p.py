@@ -1,0 +1,175 @@
+"""Point-to-point checks run on every rank of a RankPool, on every test
+topology: groups on one host use the shared-memory channels (p2p_shm), the
+others Gloo; the results must be the same, exactly.
+
+Sizes straddle the channel's geometry (transport/shm/layout.h: 8 slots of
+128 KiB, 64 B of header each): empty, one element, one chunk exactly, one
+byte over, and messages larger than the whole ring.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+import fastcomm
+
+from reference import assert_equal
+
+CHUNK_BYTES = 128 * 1024 - 64
+RING_BYTES = 8 * CHUNK_BYTES
+
+
+def _message(src: int, dst: int, numel: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
+    """What src sends to dst: small integers that identify both and every element."""
+    i = torch.arange(numel, dtype=torch.int64)
+    values = (i * 7 + src * 3 + dst * 5 + salt) % 101
+    if dtype == torch.bool:
+        return values % 2 == 0
+    return values.to(dtype)
+
+
+def _shm_p2p(world_size: int) -> bool:
+    backend = fastcomm.fastcomm_backend()
+    engine = backend.shm_engine
+    return engine is not None and engine.local_size == world_size and world_size > 1
+
+
+def sizes_and_dtypes(rank, world_size):
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for nbytes in [0, 4, 4 * 33, CHUNK_BYTES, CHUNK_BYTES + 4, 3 * CHUNK_BYTES + 12, RING_BYTES + 4096, 5 << 20]:
+        numel = nbytes // 4
+        got = torch.full((numel,), -1.0)
+        reqs = [dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt),
+                dist.irecv(got, src=prv)]
+        for req in reqs:
+            req.wait()
+        assert_equal(got, _message(prv, rank, numel, torch.float32), f"ring of {nbytes} B")
+    for dtype in [torch.float64, torch.bfloat16, torch.int64, torch.uint8, torch.bool, torch.float8_e4m3fn]:
+        numel = 1000
+        send = _message(rank, nxt, numel, torch.int64).to(dtype) if dtype != torch.bool else _message(rank, nxt, numel, dtype)
+        got = torch.zeros(numel, dtype=dtype)
+        reqs = [dist.isend(send, dst=nxt), dist.irecv(got, src=prv)]
+        for req in reqs:
+            req.wait()
+        expected = _message(prv, rank, numel, torch.int64).to(dtype) if dtype != torch.bool else _message(prv, rank, numel, dtype)
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{dtype}: bytes differ"
+
+
+def large_isends_before_receives(rank, world_size):
+    """Every rank isends more than a channel holds to every other rank, runs a
+    collective, and only then posts its receives, waiting for them in an
+    order that is not the send order: nothing may deadlock."""
+    numel = (RING_BYTES * 3) // 4 + 17
+    sends = [dist.isend(_message(rank, dst, numel, torch.float32), dst=dst, tag=5)
+             for dst in range(world_size) if dst != rank]
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert_equal(t, torch.full((3,), float(world_size)), "all_reduce between isend and irecv")
+    got = {src: torch.zeros(numel) for src in range(world_size) if src != rank}
+    recvs = {src: dist.irecv(buf, src=src, tag=5) for src, buf in got.items()}
+    for src in sorted(recvs, reverse=True):
+        recvs[src].wait()
+        assert_equal(got[src], _message(src, rank, numel, torch.float32), f"large message from {src}")
+    for req in sends:
+        req.wait()
+
+
+def tags_in_any_order(rank, world_size):
+    """Messages of tags 0..5 (some larger than a channel) sent in order, received
+    in reverse tag order; two messages with one tag arrive in the order sent."""
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    sizes = [3, RING_BYTES // 4 + 100, 0, 50, CHUNK_BYTES // 4 * 2, 7]
+    sends = [dist.isend(_message(rank, nxt, n, torch.int32, salt=tag), dst=nxt, tag=tag) for tag, n in enumerate(sizes)]
+    sends += [dist.isend(_message(rank, nxt, 9, torch.int32, salt=100 + k), dst=nxt, tag=7) for k in range(2)]
+    got = {tag: torch.zeros(n, dtype=torch.int32) for tag, n in enumerate(sizes)}
+    recvs = {tag: dist.irecv(got[tag], src=prv, tag=tag) for tag in reversed(range(len(sizes)))}
+    for tag in sorted(recvs):
+        recvs[tag].wait()
+        assert_equal(got[tag], _message(prv, rank, sizes[tag], torch.int32, salt=tag), f"tag {tag}")
+    first, second = torch.zeros(9, dtype=torch.int32), torch.zeros(9, dtype=torch.int32)
+    dist.recv(first, src=prv, tag=7)
+    dist.recv(second, src=prv, tag=7)
+    assert_equal(first, _message(prv, rank, 9, torch.int32, salt=100), "first message of tag 7")
+    assert_equal(second, _message(prv, rank, 9, torch.int32, salt=101), "second message of tag 7")
+    for req in sends:
+        req.wait()
+
+
+def any_source(rank, world_size):
+    """Rank 0 receives from any source, with a specific receive posted in between."""
+    if rank == 0:
+        seen = {}
+        bufs = [torch.zeros(4, dtype=torch.int64) for _ in range(world_size - 1)]
+        works = [dist.irecv(b, tag=3) for b in bufs]
+        sources = []
+        for w, b in zip(works, bufs):
+            w.wait()
+            sources.append(w._source_rank())
+            assert_equal(b, torch.full((4,), sources[-1], dtype=torch.int64), f"irecv from {sources[-1]}")
+        assert sorted(sources) == list(range(1, world_size)), sources
+        for _ in range(world_size - 1):
+            t = torch.zeros(4, dtype=torch.int64)
+            src = dist.recv(t, tag=4)
+            assert_equal(t, torch.full((4,), src * 11, dtype=torch.int64), f"any-source data from {src}")
+            seen[src] = seen.get(src, 0) + 1
+        assert seen == {s: 1 for s in range(1, world_size)}, seen
+    else:
+        dist.send(torch.full((4,), rank, dtype=torch.int64), dst=0, tag=3)
+        dist.send(torch.full((4,), rank * 11, dtype=torch.int64), dst=0, tag=4)
+
+
+def futures_without_wait(rank, world_size):
+    """Completion through futures only (the progress thread moves the ops), and a
+    send nobody waits for while its rank sits in a collective."""
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    numel = RING_BYTES // 2 + 5  # two messages fill more than the ring
+    got = torch.zeros(numel)
+    s = dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt)
+    s2 = dist.isend(_message(rank, nxt, numel, torch.float32, salt=1), dst=nxt)
+    r = dist.irecv(got, src=prv)
+    doubled = r.get_future().then(lambda fut: fut.value()[0] * 2)
+    assert_equal(doubled.wait(), _message(prv, rank, numel, torch.float32) * 2, "future of irecv")
+    got2 = torch.zeros(numel)
+    r2 = dist.irecv(got2, src=prv)
+    r2.get_future().wait()
+    assert_equal(got2, _message(prv, rank, numel, torch.float32, salt=1), "second message, future only")
+    s.get_future().wait()
+    s2.get_future().wait()
+    # rank 0 sends twice the ring and sleeps: rank 1 gets it all only if rank 0's
+    # pending send moves while rank 0 makes no call (its progress thread)
+    big = RING_BYTES // 2
+    if rank == 0:
+        s = dist.isend(_message(0, 1, big, torch.float32), dst=1, tag=9)
+        time.sleep(0.5)
+        dist.barrier()
+        s.wait()
+    elif rank == 1:
+        t = torch.zeros(big)
+        dist.recv(t, src=0, tag=9)
+        dist.barrier()
+        assert_equal(t, _message(0, 1, big, torch.float32), "isend moved while its rank slept")
+    else:
+        dist.barrier()
+    deadline = time.monotonic() + 10
+    w = dist.irecv(torch.zeros(1), src=prv, tag=10)
+    dist.send(torch.zeros(1), dst=nxt, tag=10)
+    # Polling alone completes a shared-memory receive (Gloo's p2p works report
+    # completion only once waited for).
+    while _shm_p2p(world_size) and not w.is_completed():
+        assert time.monotonic() < deadline, "is_completed() never became true"
+    w.wait()
+
+
+def path(rank, world_size):
+    """Groups on one host move p2p through shared memory, the others through Gloo."""
+    backend = fastcomm.fastcomm_backend()
+    before = backend.algorithm_counts()
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for req in [dist.isend(torch.ones(2), dst=nxt), dist.irecv(torch.zeros(2), src=prv)]:
+        req.wait()
+    after = backend.algorithm_counts()
+    which = "p2p_shm" if _shm_p2p(world_size) else "gloo_fallback"
+    assert after.get(which, 0) == before.get(which, 0) + 2, (which, before, after)
+    assert ("p2p_shm" in backend.algorithm_names()) == _shm_p2p(world_size), backend.algorithm_names()
