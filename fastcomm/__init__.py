@@ -12,7 +12,7 @@ from fastcomm._backend import BACKEND_NAME, create_backend, fastcomm_backend
 
 __version__ = "0.1.0"
 
-__all__ = ["BACKEND_NAME", "create_backend", "fastcomm_backend", "cuda_kernels_compiled", "hooks", "nn", "__version__"]
+__all__ = ["BACKEND_NAME", "create_backend", "fastcomm_backend", "cuda_kernels_compiled", "hooks", "nn", "sync", "__version__"]
 
 
 def cuda_kernels_compiled() -> bool:
@@ -20,7 +20,7 @@ def cuda_kernels_compiled() -> bool:
     return _C.cuda_kernels_compiled()
 
 
-from fastcomm import hooks, nn  # noqa: E402  (DDP hooks, SyncBatchNorm; both need _C's operators)
+from fastcomm import hooks, nn, sync  # noqa: E402  (DDP hooks, SyncBatchNorm, model sync: they need _C's operators)
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND_NAME, create_backend, extended_api=True, devices=["cpu", "cuda"])
