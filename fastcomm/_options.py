@@ -24,6 +24,11 @@ class Options:
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
     pipeline_piece_bytes: int = 1 << 20
+    # send/recv between ranks of one host: messages of at least this many bytes
+    # are read by the receiver straight from the sender's memory (Linux
+    # cross-memory attach, one copy instead of two through the channel); 0: never.
+    # Measured: docs/algorithms.md.
+    p2p_single_copy_bytes: int = 64 << 10
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0
     # Network interfaces of fastcomm's internal Gloo groups, comma-separated
@@ -82,6 +87,7 @@ def read_options() -> Options:
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
+        p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),
         socket_ifname=_interfaces(),
     )

@@ -105,6 +105,9 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   const Config& config() const {
     return config_;
   }
+  const std::shared_ptr<shm::P2pChannels>& p2p() const {
+    return p2p_;
+  }
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load());
   }

@@ -23,9 +23,11 @@ namespace {
 using c10d::OpType;
 
 // The OpTypes the loop can issue (one tensor in, one out; roots are rank 0).
-constexpr OpType kLoopable[] = {OpType::ALLREDUCE,       OpType::BROADCAST,            OpType::REDUCE,
+// SEND stands for nccl-tests' sendrecv: send `input` to rank + 1 and receive
+// `output` from rank - 1, both waited.
+constexpr OpType kLoopable[] = {OpType::ALLREDUCE,     OpType::BROADCAST, OpType::REDUCE,
                                 OpType::_ALLGATHER_BASE, OpType::_REDUCE_SCATTER_BASE, OpType::ALLTOALL_BASE,
-                                OpType::BARRIER};
+                                OpType::SEND,          OpType::BARRIER};
 
 OpType parse_op(const std::string& name) {
   std::string known;
@@ -53,6 +55,14 @@ c10::intrusive_ptr<c10d::Work> launch_once(c10d::Backend& backend, OpType op, at
     case OpType::ALLTOALL_BASE: {
       std::vector<int64_t> even;
       return backend.alltoall_base(output, input, even, even);
+    }
+    case OpType::SEND: {
+      const int rank = backend.getRank(), size = backend.getSize();
+      std::vector<at::Tensor> received{output};
+      auto sent = backend.send(tensors, (rank + 1) % size, 0);
+      auto work = backend.recv(received, (rank + size - 1) % size, 0);
+      sent->wait();
+      return work;
     }
     default:
       return backend.barrier();

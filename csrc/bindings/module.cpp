@@ -72,6 +72,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm_slot_bytes", &Config::shm_slot_bytes)
       .def_readwrite("shm_oneshot_max_bytes", &Config::shm_oneshot_max_bytes)
       .def_readwrite("pipeline_piece_bytes", &Config::pipeline_piece_bytes)
+      .def_readwrite("p2p_single_copy_bytes", &Config::p2p_single_copy_bytes)
       .def_readwrite("ranks_per_host", &Config::ranks_per_host)
       .def_readwrite("socket_ifname", &Config::socket_ifname)
       .def_readwrite("host_of_rank", &Config::host_of_rank)
@@ -100,6 +101,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "Registered algorithms, in the order they are asked.")
       .def("algorithm_counts", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().counts(); },
            "How many times each algorithm was launched (rewrites count their sub-collectives too).")
+      .def(
+          "p2p_stats",
+          [](const ProcessGroupFastcomm& pg) -> py::object {
+            if (!pg.p2p()) return py::none();
+            const auto s = pg.p2p()->stats();
+            py::dict d;
+            d["sent"] = s.sent;
+            d["sent_single_copy"] = s.sent_single_copy;
+            d["single_copy_refused"] = s.single_copy_refused;
+            return d;
+          },
+          "Shared-memory send/recv of this rank (None when the group has none): messages sent, those the "
+          "receiver read in one copy, and single-copy reads this rank's receives were refused.")
       .def_property_readonly("timeout", &ProcessGroupFastcomm::timeout);
 
   using fastcomm::shm::Engine;

@@ -107,8 +107,9 @@ class CollectiveSpec:
     prepare: Callable[..., Buffers]
     # buffers are split per rank, so the count is rounded down to a multiple of nranks
     split: bool = False
-    # c10d's name of the call the backend sees ("ALLREDUCE", ...), for _C.bench_loop;
-    # None: not timed through the backend object or C++ (lists, p2p).
+    # c10d's name of the call the backend sees ("ALLREDUCE", ...), for _C.bench_loop
+    # ("SEND": sendrecv's send to rank + 1 and receive from rank - 1);
+    # None: not timed through the backend object or C++ (lists).
     c10d_op: str | None = None
 
     def backend_call(self, backend, buffers: Buffers, op: str, root: int):
@@ -298,7 +299,21 @@ _BACKEND_CALLS = {
     "_REDUCE_SCATTER_BASE": lambda b, buf, op, root: b._reduce_scatter_base(
         buf.recv, buf.send, _options(dist.ReduceScatterOptions, op)),
     "ALLTOALL_BASE": lambda b, buf, op, root: b.alltoall_base(buf.recv, buf.send, [], []),
+    "SEND": lambda b, buf, op, root: _Exchange(b, buf),
 }
+
+
+class _Exchange:
+    """sendrecv on a backend object: send to rank + 1, receive from rank - 1; wait() waits both."""
+
+    def __init__(self, backend, buffers: Buffers) -> None:
+        rank, n = backend.rank(), backend.size()
+        self.works = [backend.send([buffers.send], (rank + 1) % n, 0), backend.recv([buffers.recv], (rank - 1) % n, 0)]
+
+    def wait(self) -> bool:
+        for work in self.works:
+            work.wait()
+        return True
 
 COLLECTIVES = {
     c.name: c
@@ -313,7 +328,7 @@ COLLECTIVES = {
         CollectiveSpec("reduce", True, True, False, True, lambda n: 1.0, _reduce, c10d_op="REDUCE"),
         CollectiveSpec("all_to_all", False, False, True, False, lambda n: (n - 1) / n, _all_to_all, split=True,
                        c10d_op="ALLTOALL_BASE"),
-        CollectiveSpec("sendrecv", False, False, True, False, lambda n: 1.0, _sendrecv),
+        CollectiveSpec("sendrecv", False, False, True, False, lambda n: 1.0, _sendrecv, c10d_op="SEND"),
         CollectiveSpec("gather", False, True, True, False, lambda n: (n - 1) / n, _gather, split=True),
         CollectiveSpec("scatter", False, True, True, False, lambda n: (n - 1) / n, _scatter, split=True),
     ]

@@ -173,3 +173,19 @@ def path(rank, world_size):
     which = "p2p_shm" if _shm_p2p(world_size) else "gloo_fallback"
     assert after.get(which, 0) == before.get(which, 0) + 2, (which, before, after)
     assert ("p2p_shm" in backend.algorithm_names()) == _shm_p2p(world_size), backend.algorithm_names()
+
+
+def single_copy_counts(rank, world_size):
+    """Messages from 64 KiB (the default threshold) are read in one copy; smaller ones go through the ring."""
+    backend = fastcomm.fastcomm_backend()
+    before = backend.p2p_stats()
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for numel in [(64 << 10) // 4 - 1, (64 << 10) // 4, 3 << 20]:
+        got = torch.zeros(numel)
+        for req in [dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt), dist.irecv(got, src=prv)]:
+            req.wait()
+        assert_equal(got, _message(prv, rank, numel, torch.float32), f"{numel * 4} B")
+    after = backend.p2p_stats()
+    assert after["sent"] - before["sent"] == 3, (before, after)
+    assert after["sent_single_copy"] - before["sent_single_copy"] == 2, (before, after)
+    assert after["single_copy_refused"] == 0, after

@@ -1,6 +1,8 @@
-"""send/recv on every test topology (tests/conftest.py): shared-memory channels on one host, Gloo otherwise."""
+"""send/recv on every test topology (tests/conftest.py): shared-memory channels on one host, Gloo otherwise;
+and on one host with single copy off (every message through the channels' rings)."""
 import checks_p2p as checks
 import pytest
+from conftest import _pool
 
 CHECKS = [
     checks.sizes_and_dtypes,
@@ -15,3 +17,12 @@ CHECKS = [
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_p2p(topology_ranks, check):
     topology_ranks.run(check)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_p2p_ring_only(check):
+    _pool(3, (("FASTCOMM_P2P_SINGLE_COPY_BYTES", "0"),)).run(check)
+
+
+def test_single_copy_path(ranks2):
+    ranks2.run(checks.single_copy_counts)

@@ -1,8 +1,11 @@
 """Faults of the shared-memory engine, each in fresh processes (programs/shm_faults.py)."""
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -189,3 +192,20 @@ def test_p2p_size_mismatch_fails_both_sides(tmp_path):
     errors_2 = [_seconds_and_error(line)[1] for line in results[2]]
     assert len(errors_2) == 1 and re.search("RuntimeError: fastcomm recv: " + small, errors_2[0]), text
     assert text.count("group works") == 3, text
+
+
+def test_p2p_single_copy_refused_falls_back_to_the_ring(tmp_path):
+    """A receiver that may not read its sender's memory gets every message
+    through the ring instead (exact), and the other direction keeps single copy."""
+    store_dir = tempfile.mkdtemp(prefix="fastcomm-p2p-")  # not under pytest's 0700 folders: nobody writes here
+    try:
+        out = subprocess.run([sys.executable, os.path.join(PROGRAMS, "p2p_single_copy_refused.py"), store_dir],
+                             capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and "OK 0" in out.stdout and "OK 1" in out.stdout, text
+    stats = {int(r): json.loads(s) for r, s in re.findall(r"RESULT (\d) (.*)", out.stdout)}
+    assert stats[0]["sent"] == 3 and stats[0]["sent_single_copy"] == 0, stats  # rank 1 could not read rank 0
+    assert stats[1]["single_copy_refused"] == 1, stats  # refused once; later messages went through the ring
+    assert stats[1]["sent"] == 3 and stats[1]["sent_single_copy"] == 3, stats  # rank 0 reads rank 1 in one copy

@@ -38,8 +38,9 @@ PY_ALLOWED = {
     "_backend": {"_C", "_gloo", "_shm", "_options"},
     "hooks": {"_C", "hooks"},
     "nn": {"_C", "nn"},
+    "sync": {"_C", "sync"},  # the hooks' kernels through torch.ops, not the hooks package
     "bench": {"bench", "__init__"},  # the CLI imports fastcomm itself to register the backend
-    "__init__": {"_C", "_backend", "hooks", "nn"},
+    "__init__": {"_C", "_backend", "hooks", "nn", "sync"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s+<(ATen|c10|torch|cuda_runtime|pybind11)", re.MULTILINE)

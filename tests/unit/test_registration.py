@@ -78,6 +78,16 @@ def test_pipeline_piece_option(monkeypatch):
         read_options()
 
 
+def test_p2p_single_copy_option(monkeypatch):
+    monkeypatch.delenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", raising=False)
+    assert read_options().p2p_single_copy_bytes == 64 << 10
+    monkeypatch.setenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", "0")
+    assert read_options().p2p_single_copy_bytes == 0
+    monkeypatch.setenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", "-1")
+    with pytest.raises(ValueError, match="FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."):
+        read_options()
+
+
 def test_network_interface_options(monkeypatch):
     """GLOO_SOCKET_IFNAME (torch's, comma-separated) and FASTCOMM_SOCKET_IFNAME (fastcomm's
     override) name the internal Gloo groups' interfaces; a name this host lacks is refused."""
@@ -110,7 +120,8 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, pipeline_piece_bytes=9000, ranks_per_host=2, socket_ifname="lo")
+                      shm_oneshot_max_bytes=7, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
     config = make_config(options, ShmPlan(host_of_rank=[0, 0, 1]), "no CUDA device is visible")

@@ -83,15 +83,24 @@ struct ChannelControl {
   // Set by the receiver when it refuses a message (size mismatch): the channel
   // is dead from then on and the sender fails with `refusal` (NUL-terminated).
   alignas(64) std::atomic<int32_t> refused;
+  // Set by the receiver when it cannot read the sender's memory (ptrace rules):
+  // the sender sends that message again through the ring, and every later one.
+  std::atomic<int32_t> single_copy_refused;
   char refusal[512];
 };
 
 // The start of every channel slot; the payload follows at kChannelHeaderBytes.
+// A slot either carries a chunk of the message, or (single_copy != 0) no
+// payload but where the whole message lies in the sender's memory, for the
+// receiver to read with process_vm_readv (p2p_channels.h).
 struct ChannelSlotHeader {
   uint64_t message_bytes;  // the whole message
   uint64_t offset;         // of this chunk within the message
   uint64_t chunk_bytes;    // payload bytes in this slot
   int64_t tag;
+  uint64_t address;        // single copy: the message in the sender's address space
+  int32_t pid;             // single copy: the sender's pid
+  int32_t single_copy;
 };
 constexpr size_t kChannelHeaderBytes = 64;
 constexpr size_t kChannelPayloadBytes = kChannelSlotBytes - kChannelHeaderBytes;

@@ -19,6 +19,16 @@
 // for another tag: then it is copied aside ("unexpected"), so receives may
 // take tags in any order.
 //
+// Single copy. A message of at least `single_copy_bytes` does not go through
+// the ring: the sender posts one slot saying where the message lies in its
+// memory, the receiver copies it straight into its tensor with
+// process_vm_readv (Linux cross-memory attach, as MPICH and Open MPI do) and
+// frees the slot, which completes the send (the sender's tensor must not
+// change until then). Where the kernel refuses (another user, a non-dumpable
+// sender without CAP_SYS_PTRACE, seccomp), the receiver marks the channel
+// `single_copy_refused` and the sender sends that message, and every later
+// one, through the ring.
+//
 // Completion. A send completes once its last chunk is in the channel (eager,
 // like Gloo's and MPI's small sends): the caller may reuse the tensor, and a
 // ring of blocking sends that fit the channels cannot deadlock. A receive
@@ -29,8 +39,8 @@
 // Progress. Any thread that waits for an op (wait(), poll()) moves every
 // pending op of this rank, so an isend larger than a channel progresses while
 // its rank waits for something else. A progress thread (started with the
-// first op) looks every 0.5 ms for pending ops while no thread waits and then
-// moves them, so futures complete and isends drain even when the caller never
+// first op) looks every 0.5 ms for ops pending longer than that while no
+// thread waits and then moves them, so futures complete and isends drain even when the caller never
 // waits (or sits in a collective); after 0.1 s without ops it parks until the
 // next post.
 // Waiting spins, yields, then sleeps on the doorbell; every sleep checks the
@@ -84,6 +94,7 @@ class P2pOp {
   int64_t tag_ = 0;
   char* data_ = nullptr;  // the caller's memory; `done_` keeps it alive
   size_t bytes_ = 0;
+  std::chrono::steady_clock::time_point posted_at_;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   Done done_;
@@ -91,6 +102,8 @@ class P2pOp {
   size_t moved_bytes_ = 0;
   bool started_ = false;  // send: first chunk written; recv: bound to a message
   int source_ = -1;
+  bool awaiting_read_ = false;  // single-copy send: posted, the receiver has not read it yet
+  uint64_t read_at_ = 0;        // ... it has once the channel's `consumed` reaches this
   // Completion: error_ is written before finished_ (release).
   std::exception_ptr error_;
   std::atomic<bool> finished_{false};
@@ -98,7 +111,8 @@ class P2pOp {
 
 class P2pChannels {
  public:
-  explicit P2pChannels(std::shared_ptr<Engine> engine);
+  // Messages of at least `single_copy_bytes` (0: none) are read by the receiver from the sender's memory.
+  P2pChannels(std::shared_ptr<Engine> engine, size_t single_copy_bytes);
   ~P2pChannels();
   P2pChannels(const P2pChannels&) = delete;
   P2pChannels& operator=(const P2pChannels&) = delete;
@@ -121,6 +135,15 @@ class P2pChannels {
   int group_rank_of(int local_rank) const {
     return engine_->group_rank_of(local_rank);
   }
+
+  // Messages this rank sent: all, and those its receivers read in one copy;
+  // how many single-copy reads this rank's receives were refused.
+  struct Stats {
+    uint64_t sent = 0;
+    uint64_t sent_single_copy = 0;
+    uint64_t single_copy_refused = 0;
+  };
+  Stats stats();
 
  private:
   using OpPtr = std::shared_ptr<P2pOp>;
@@ -145,6 +168,8 @@ class P2pChannels {
   bool progress(Finished& finished);
   bool send_to(int dst, Finished& finished);
   bool receive_from(int src, Finished& finished);
+  bool write_chunks(int dst, const OpPtr& op, uint64_t& written);
+  bool read_single_copy(const ChannelSlotHeader& header, char* destination);
   void check_health(Finished& finished, bool check_pids);
   bool match_unexpected(const OpPtr& recv, Finished& finished);
   OpPtr match_posted(int src, int64_t tag);
@@ -154,7 +179,8 @@ class P2pChannels {
   void refuse(int src, const OpPtr& recv, const std::string& why, Finished& finished);
   void close_outgoing(int dst, const std::string& why, Finished& finished);
   void close_incoming(int src, const std::string& why, Finished& finished);
-  bool has_pending() const;
+  // Ops not yet finished that were posted before `posted_before` (default: any).
+  bool has_pending(std::chrono::steady_clock::time_point posted_before = std::chrono::steady_clock::time_point::max()) const;
 
   // Without mutex_.
   bool run_pass();  // one progress pass; completes what finished; true when bytes moved
@@ -170,6 +196,8 @@ class P2pChannels {
   const int local_size_;
   const bool spin_;
   const bool check_pids_;
+  const size_t single_copy_bytes_;
+  Stats stats_;  // guarded by mutex_
 
   std::mutex mutex_;
   std::vector<std::deque<OpPtr>> sends_;  // per destination, in posting order
