@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import fastcomm.hooks as hooks
+from fastcomm.bench.tasks import TeacherNet, teacher_batch, teacher_eval_set
 from fastcomm.hooks import reference
 from fastcomm.hooks.registry import HOOKS
 
@@ -28,22 +29,7 @@ def group_of(backend: str) -> dist.ProcessGroup | None:
     return _groups[backend]
 
 
-class Net(nn.Module):
-    """Matrices of two equal shapes (batched by PowerSGD), biases, an awkward size."""
-
-    def __init__(self, dtype=torch.float32) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(12, 24)
-        self.fc2 = nn.Linear(24, 24)
-        self.fc3 = nn.Linear(24, 24)
-        self.head = nn.Linear(24, 5)
-        self.to(dtype)
-
-    def forward(self, x):
-        x = torch.tanh(self.fc1(x))
-        x = torch.tanh(self.fc2(x)) + x
-        x = torch.tanh(self.fc3(x)) + x
-        return self.head(x)
+Net = TeacherNet  # fastcomm/bench/tasks.py: shared with benchmarks/sync_convergence.py
 
 
 def _batch(rank: int, step: int, dtype=torch.float32, n: int = 16):
@@ -328,14 +314,10 @@ def train(rank, world_size, name, steps, options=None, backend="fastcomm", dtype
     ddp = _ddp(model, backend, **ddp_kwargs)
     state = hooks.register(ddp, name, group, **options) if name != "none" else None
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
-    teacher = torch.randn(12, 5, generator=torch.Generator().manual_seed(7))
-    g = torch.Generator().manual_seed(99)
-    eval_x = torch.randn(512, 12, generator=g)
-    eval_y = (eval_x @ teacher).argmax(1)
+    eval_x, eval_y = teacher_eval_set()
     losses = []
     for step in range(steps):
-        x = torch.randn(32, 12, generator=torch.Generator().manual_seed(step * 100 + rank))
-        y = (x @ teacher).argmax(1)
+        x, y = teacher_batch(rank, step)
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(x.to(dtype)), y).backward()
         opt.step()
@@ -493,7 +475,7 @@ def bad_options_register_nothing(rank, world_size):
     for name, options, message in cases:
         with pytest.raises(ValueError, match=message):
             hooks.register(ddp, name, **options)
-    with pytest.raises(TypeError, match="expected a DistributedDataParallel model, got Net"):
+    with pytest.raises(TypeError, match="expected a DistributedDataParallel model, got TeacherNet"):
         hooks.register(ddp.module, "fp16")
     # nothing was registered: a hook can still be (DDP allows only one)
     state = hooks.register(ddp, "topk", ratio=0.5)

@@ -13,6 +13,8 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
 
 @pytest.mark.parametrize("api, op, extra", [
     ("dist", "all_reduce", []),
+    ("cpp", "sendrecv", []),
+    ("process_group", "sendrecv", ["--nproc", "3"]),
     ("process_group", "reduce_scatter", []),
     ("cpp", "all_to_all", []),
     ("cpp", "all_reduce", ["--nproc", "4", "--ranks-per-host", "2"]),
@@ -31,6 +33,30 @@ def test_allreduce_vs_gloo_prints_a_row_per_size(api, op, extra):
     assert "WRONG" not in out.stdout
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out.stdout
     assert f"api {api}" in out.stdout
+
+
+def test_pipeline_vs_gloo_prints_both_step_times():
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "pipeline_vs_gloo.py"), "--nproc", "3", "--widths", "16",
+         "--microbatches", "4", "--rows", "2", "--seconds", "0.05", "--rounds", "1", "--warmup", "1"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = re.search(r"^\s+16\s+128\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", out.stdout, re.M)
+    assert row and float(row.group(1)) > 0 and float(row.group(2)) > 0, out.stdout
+
+
+def test_sync_convergence_prints_every_configuration():
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "sync_convergence.py"), "--steps", "16", "--period", "4"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = re.findall(r"^(teacher|markov)\s+(.+?)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)$",
+                      out.stdout, re.M)
+    assert len(rows) == 12, out.stdout
+    ratio = {(task, name): float(r) for task, name, _, _, _, r, _ in rows}
+    assert ratio[("teacher", "full 4")] == 4.0 and ratio[("markov", "full 4")] == 4.0, out.stdout
 
 
 def test_fsdp2_vs_gloo_prints_both_step_times():
