@@ -14,9 +14,12 @@ initial model for --steps steps on `--nproc` ranks of the fastcomm group:
 and reports the evaluation loss at the end (mean over ranks' models: with
 local steps after the last sync they may differ), bytes each rank handed to
 collectives (DDP: gradient buckets; sync: its payloads) and wall time per step.
+DDP and ModelSync communicate over a group of their own (`--backend`, default fastcomm; gloo
+shows what a slower transport costs and what async_op hides).
 
-    python benchmarks/sync_convergence.py                   # both tasks, H = 8, 2 ranks
+    python benchmarks/sync_convergence.py                   # both tasks, 1000 steps, H = 8, 2 ranks
     python benchmarks/sync_convergence.py --task markov --period 16 --steps 400
+    python benchmarks/sync_convergence.py --backend gloo
 """
 from __future__ import annotations
 
@@ -53,19 +56,20 @@ def _configs(period: int) -> list[tuple[str, dict | None]]:
     ]
 
 
-def _train(rank: int, task: str, steps: int, sync_options: dict | None) -> tuple[float, int, float]:
+def _train(rank: int, task: str, steps: int, sync_options: dict | None, backend: str) -> tuple[float, int, float]:
     import fastcomm
 
     make_model, make_optimizer, batch, (eval_x, eval_y), loss_fn = _task(task)
     torch.manual_seed(0)
     model = make_model()
+    group = dist.new_group(backend=backend)  # its own group: async ModelSync's helper thread needs one
     if sync_options is None:
-        trained = nn.parallel.DistributedDataParallel(model)
-        state = fastcomm.hooks.register(trained, "allreduce")
+        trained = nn.parallel.DistributedDataParallel(model, process_group=group)
+        state = fastcomm.hooks.register(trained, "allreduce", group)
         sync = None
     else:
         trained = model
-        sync = fastcomm.sync.ModelSync(model, **sync_options)
+        sync = fastcomm.sync.ModelSync(model, group=group, **sync_options)
     optimizer = make_optimizer(trained.parameters())
     dist.barrier()
     start = time.perf_counter()
@@ -97,7 +101,7 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     rows = []
     for task in args.task_list:
         for name, options in _configs(args.period):
-            loss, sent, seconds = _train(rank, task, args.steps, options)
+            loss, sent, seconds = _train(rank, task, args.steps, options, args.backend)
             rows.append((task, name, loss, sent, seconds))
             measured(rank, f"{task} {name}")
     dist.destroy_process_group()
@@ -108,14 +112,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--task", default="teacher,markov", help="comma-separated: teacher, markov")
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--period", type=int, default=8, help="H: local steps between syncs")
+    p.add_argument("--backend", default="fastcomm", help="the backend DDP and ModelSync communicate over (fastcomm, gloo)")
     args = p.parse_args(argv)
     args.task_list = args.task.split(",")
     if args.nproc < 2 or args.steps < args.period or args.period < 1 or set(args.task_list) - {"teacher", "markov"}:
         p.error("need --nproc >= 2, --steps >= --period >= 1, tasks among teacher, markov")
     rows = spawn_ranks(_rank, args.nproc, args)
-    print(f"# {args.nproc} ranks, {args.steps} steps, H = {args.period}; loss: evaluation loss after the last step "
+    print(f"# {args.nproc} ranks, {args.backend} groups, {args.steps} steps, H = {args.period}; loss: evaluation loss after the last step "
           "(mean over ranks); bytes: sent per rank over the run; vs ddp: DDP's bytes / these")
     print(f"{'task':<8} {'configuration':<24} {'loss':>8} {'loss/ddp':>9} {'bytes':>12} {'vs ddp':>8} {'ms/step':>8}")
     ddp = {}
