@@ -5,9 +5,11 @@
 // ranks all live on one host. In a group that spans hosts every p2p op stays
 // on Gloo: a receive from any source must listen on one transport, and a
 // sender cannot know which one its receiver uses.
-// Steps: the message goes through the channel in chunks of ~128 KiB, at most
-// 8 in flight; no other rank takes part. Bytes moved: S into the ring and S
-// out of it (two copies, both in this host's memory); nothing on the network.
+// Steps: below Config::p2p_single_copy_bytes (64 KiB) the message goes through
+// the pair's ring in chunks of ~128 KiB, at most 8 in flight (S written into
+// the ring, S read out of it); from there on the receiver reads it from the
+// sender's memory (process_vm_readv: S copied once). No other rank takes part;
+// nothing crosses a network.
 //
 // Execution: launch() posts the op and returns (it does not wait for the
 // peer). The Work's wait() moves this rank's pending p2p ops on the calling

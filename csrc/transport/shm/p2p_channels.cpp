@@ -20,11 +20,15 @@ namespace {
 // how many empty looks it parks until the next post.
 constexpr auto kThreadPoll = std::chrono::microseconds(500);
 constexpr int kIdlePollsBeforePark = 200;
-// A waiter spins briefly, then yields for up to ~1 ms before sleeping: a
-// yield hands the core to a peer that shares it (the scheduler often puts two
-// ranks on one core after a phase of sleeping) and costs ~0.3 us otherwise.
-constexpr int kP2pSpinIterations = 200;
-constexpr int kP2pYieldIterations = 3000;
+// How a waiter waits before it sleeps on its doorbell. With a core per rank it
+// spins ~2 ms, then yields 64 times: waiters that yield early let the
+// scheduler keep two ranks on one core (it puts a woken rank beside its waker,
+// and a yielding rank never looks busy enough to move), which cost 45-70 us
+// per small sendrecv instead of 12 us (measured 2026-12-03, 2 ranks after
+// Gloo traffic). With more ranks than cores it does not spin: it yields up to
+// 3000 times (~1 ms), handing the core to a rank that has work.
+constexpr int kP2pSpinIterations = 20000;
+constexpr int kP2pOversubscribedYields = 3000;
 
 const char* op_name(P2pOp::Kind kind) {
   return kind == P2pOp::Kind::kSend ? "send" : "recv";
@@ -123,6 +127,7 @@ void P2pChannels::wait(const std::shared_ptr<P2pOp>& op, std::chrono::millisecon
     }
     waiters_.fetch_add(1);
     const int spins = spin_ ? kP2pSpinIterations : 0;
+    const int yields = spin_ ? kYieldIterations : kP2pOversubscribedYields;
     int idle = 0;
     while (!op->finished()) {
       if (run_pass()) {
@@ -133,7 +138,7 @@ void P2pChannels::wait(const std::shared_ptr<P2pOp>& op, std::chrono::millisecon
       ++idle;
       if (idle < spins) {
         cpu_relax();
-      } else if (idle < spins + kP2pYieldIterations) {
+      } else if (idle < spins + yields) {
         ::sched_yield();
       } else {
         sleep_on_doorbell(kSleepSlice);
