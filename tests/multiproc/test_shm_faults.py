@@ -209,3 +209,5 @@ def test_p2p_single_copy_refused_falls_back_to_the_ring(tmp_path):
     assert stats[0]["sent"] == 3 and stats[0]["sent_single_copy"] == 0, stats  # rank 1 could not read rank 0
     assert stats[1]["single_copy_refused"] == 1, stats  # refused once; later messages went through the ring
     assert stats[1]["sent"] == 3 and stats[1]["sent_single_copy"] == 3, stats  # rank 0 reads rank 1 in one copy
+    threads = re.findall(r"THREADS (\d) (\d+) (\d+)", out.stdout)
+    assert len(threads) == 2 and all(before == after for _, before, after in threads), text  # no thread left

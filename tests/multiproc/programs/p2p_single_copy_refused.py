@@ -7,7 +7,8 @@ not read rank 0's memory (process_vm_readv: EPERM), while rank 0 may still
 read rank 1's. Both exchange messages above the single-copy threshold; every
 message must arrive exactly, rank 0's through the ring after the first
 refusal, rank 1's in one copy. Each rank prints
-'RESULT <rank> <p2p_stats as JSON>' and 'OK <rank>'.
+'RESULT <rank> <p2p_stats as JSON>', 'OK <rank>' and, after destroying the
+group, 'THREADS <rank> <threads before init> <threads now>'.
 """
 import ctypes
 import datetime
@@ -32,6 +33,8 @@ def _rank(rank: int, store_dir: str) -> None:
         assert libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0  # a uid change clears it; peers must open our segment
     import fastcomm
 
+    torch.set_num_threads(1)  # no OpenMP workers: the thread count below is the communication's
+    threads_before = len(os.listdir("/proc/self/task"))
     dist.init_process_group("fastcomm", init_method=f"file://{store_dir}/store", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=30))
     backend = fastcomm.fastcomm_backend()
@@ -51,7 +54,10 @@ def _rank(rank: int, store_dir: str) -> None:
         assert torch.equal(got, torch.arange(numel, dtype=torch.float32) + 1000 * peer + k), f"message {k}"
     dist.barrier()
     os.write(1, f"RESULT {rank} {json.dumps(backend.p2p_stats())}\nOK {rank}\n".encode())
+    del backend
     dist.destroy_process_group()
+    # the p2p progress thread (and Gloo's) are gone once the group is
+    os.write(1, f"THREADS {rank} {threads_before} {len(os.listdir('/proc/self/task'))}\n".encode())
 
 
 if __name__ == "__main__":
