@@ -29,9 +29,10 @@
 // `single_copy_refused` and the sender sends that message, and every later
 // one, through the ring.
 //
-// Completion. A send completes once its last chunk is in the channel (eager,
-// like Gloo's and MPI's small sends): the caller may reuse the tensor, and a
-// ring of blocking sends that fit the channels cannot deadlock. A receive
+// Completion. A send through the ring completes once its last chunk is in the
+// channel (eager, like Gloo's and MPI's small sends): the caller may reuse the
+// tensor, and a ring of blocking sends that fit the channels cannot deadlock;
+// a single-copy send completes once the receiver has read it. A receive
 // completes once its last chunk is copied out. A size mismatch fails the
 // receive and closes the channel; the sender's send fails if it is still in
 // flight, else its next message to that rank does, quoting the receiver.
@@ -40,12 +41,12 @@
 // pending op of this rank, so an isend larger than a channel progresses while
 // its rank waits for something else. A progress thread (started with the
 // first op) looks every 0.5 ms for ops pending longer than that while no
-// thread waits and then moves them, so futures complete and isends drain even when the caller never
-// waits (or sits in a collective); after 0.1 s without ops it parks until the
-// next post.
-// Waiting spins, yields, then sleeps on the doorbell; every sleep checks the
-// op's deadline, whether the peer left the group and whether its process
-// still exists, and fails the op with the reason.
+// thread waits and then moves them, so futures complete and isends drain even
+// when the caller never waits (or sits in a collective); after 0.1 s without
+// ops it parks until the next post. Waiting spins, yields, then sleeps on the
+// doorbell (p2p_channels.cpp says how long and why); every pass checks the
+// ops' deadlines, whether a peer left the group and (every 0.1 s) whether its
+// process still exists, and fails the ops with the reason.
 //
 // Thread-safety: every member may be called from any thread; the pending ops
 // and per-channel state are guarded by one mutex, which is never held while a
@@ -87,7 +88,6 @@ class P2pOp {
 
  private:
   friend class P2pChannels;
-  struct Unexpected;
 
   Kind kind_ = Kind::kSend;
   int peer_ = -1;  // local rank; -1: any source
