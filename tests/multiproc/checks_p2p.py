@@ -189,3 +189,43 @@ def single_copy_counts(rank, world_size):
     assert after["sent"] - before["sent"] == 3, (before, after)
     assert after["sent_single_copy"] - before["sent_single_copy"] == 2, (before, after)
     assert after["single_copy_refused"] == 0, after
+
+
+_subgroups: dict[int, object] = {}
+
+
+def subgroup_and_wait_timeout(rank, world_size):
+    """p2p inside a subgroup of the first and last rank (group ranks, not global ones,
+    address the peer); a wait(timeout) on a receive nobody sends fails in time and
+    leaves the pair usable (shared-memory groups: Gloo keeps the abandoned receive)."""
+    import datetime
+
+    last = world_size - 1
+    if world_size not in _subgroups:
+        _subgroups[world_size] = dist.new_group([0, last])
+    sub = _subgroups[world_size]
+    if rank in (0, last):
+        peer = last - rank
+        got = torch.zeros(70000)
+        works = [dist.isend(_message(rank, peer, 70000, torch.float32), group=sub, group_dst=1 if rank == 0 else 0),
+                 dist.irecv(got, group=sub, group_src=1 if rank == 0 else 0)]
+        for w in works:
+            w.wait()
+        assert_equal(got, _message(peer, rank, 70000, torch.float32), "subgroup message")
+    if not _shm_p2p(world_size):
+        return
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    w = dist.irecv(torch.zeros(3), src=prv, tag=77)
+    start = time.monotonic()
+    try:
+        w.wait(datetime.timedelta(milliseconds=300))
+    except RuntimeError as e:
+        assert "timed out after 300 ms" in str(e), e
+    else:
+        raise AssertionError("wait(timeout) on a receive nobody sends returned")
+    assert time.monotonic() - start < 5.0
+    dist.barrier()
+    got = torch.zeros(3)
+    for req in [dist.isend(torch.full((3,), float(rank)), dst=nxt, tag=78), dist.irecv(got, src=prv, tag=78)]:
+        req.wait()
+    assert_equal(got, torch.full((3,), float(prv)), "the pair after a timed-out receive")

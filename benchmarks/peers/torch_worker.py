@@ -1,0 +1,74 @@
+"""One round of a torch.distributed backend's all_reduce (benchmarks/peers/run.py starts it).
+
+    python torch_worker.py --backend fastcomm --nproc 2 --sizes 8,1M --iters 50 --warmup 5
+
+The same method as mpi_worker.py: in-place float32 SUM all_reduce; each
+sample is the backend's own barrier (untimed) and one timed op; each sample's
+slowest rank is found after the loop. `--api process_group` (default) calls the backend object
+(`group._get_backend(cpu).allreduce([t]).wait()`, no torch wrapper: as thin as
+mpi4py's call), `--api dist` calls dist.all_reduce. The slowest-rank reduce
+runs once per size on a separate Gloo group.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _rank(rank: int, args, store_path: str) -> None:
+    import fastcomm  # noqa: F401  (registers the backend)
+
+    torch.set_num_threads(1)
+    dist.init_process_group(args.backend, init_method=f"file://{store_path}", rank=rank, world_size=args.nproc,
+                            timeout=datetime.timedelta(seconds=120))
+    control = dist.new_group(backend="gloo")
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    n = args.nproc
+    out = {}
+    for size in [int(s) for s in args.sizes.split(",")]:
+        count = max(1, size // 4)
+        t = torch.full((count,), float(rank + 1))
+        dist.all_reduce(t)
+        assert bool((t == n * (n + 1) / 2).all()), "wrong all_reduce result"
+        if args.api == "dist":
+            op = lambda: dist.all_reduce(t)  # noqa: E731
+        else:
+            op = lambda: backend.allreduce([t]).wait()  # noqa: E731
+        for _ in range(args.warmup):
+            op()
+        mine = torch.zeros(args.iters, dtype=torch.float64)
+        for i in range(args.iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            op()
+            mine[i] = time.perf_counter() - t0
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
+        out[str(count * 4)] = mine.tolist()
+    if rank == 0:
+        os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", required=True)
+    p.add_argument("--api", choices=["process_group", "dist"], default="process_group")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    args = p.parse_args()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fastcomm-peers-") as tmp:
+        mp.spawn(_rank, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
