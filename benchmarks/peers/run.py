@@ -100,13 +100,18 @@ def main(argv=None) -> int:
     p.add_argument("--api", choices=["process_group", "dist"], default="process_group",
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
+    p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi", help="which to run, comma-separated")
     p.add_argument("--json", help="write every sample and the machine load per run here")
     args = p.parse_args(argv)
     args.size_list = [_bytes(s) for s in args.sizes.split(",")]
     commands = _commands(args)
-    libraries = [lib for lib, c in commands.items() if isinstance(c, list)]
+    wanted = args.libraries.split(",")
+    unknown = sorted(set(wanted) - set(commands))
+    if unknown:
+        p.error(f"unknown libraries {unknown} (known: {', '.join(commands)})")
+    libraries = [lib for lib in wanted if isinstance(commands[lib], list)]
     for lib, c in commands.items():
-        if isinstance(c, str):
+        if lib in wanted and isinstance(c, str):
             print(f"# {lib} skipped: {c}", file=sys.stderr)
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.background_load)]
     samples: dict[str, dict[int, list[float]]] = {lib: {s: [] for s in args.size_list} for lib in libraries}
