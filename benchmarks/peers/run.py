@@ -52,7 +52,8 @@ def _commands(args) -> dict[str, list[str] | str]:
     """Library -> the command of one round, or why it is skipped."""
     common = ["--sizes", ",".join(str(s) for s in args.size_list), "--iters", str(args.iters),
               "--warmup", str(args.warmup)]
-    torch_worker = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--nproc", str(args.nproc), "--api", args.api]
+    torch_worker = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--nproc", str(args.nproc), "--api", args.api,
+                    *(["--pin"] if args.pin else [])]
     out: dict[str, list[str] | str] = {
         "fastcomm": torch_worker + ["--backend", "fastcomm"] + common,
         "gloo": torch_worker + ["--backend", "gloo"] + common,
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
     p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi", help="which to run, comma-separated")
+    p.add_argument("--pin", action="store_true",
+                   help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
     p.add_argument("--json", help="write every sample and the machine load per run here")
     args = p.parse_args(argv)
     args.size_list = [_bytes(s) for s in args.sizes.split(",")]

@@ -24,6 +24,9 @@ import torch.multiprocessing as mp
 def _rank(rank: int, args, store_path: str) -> None:
     import fastcomm  # noqa: F401  (registers the backend)
 
+    if args.pin:  # one core per rank, as Open MPI binds by default
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     torch.set_num_threads(1)
     dist.init_process_group(args.backend, init_method=f"file://{store_path}", rank=rank, world_size=args.nproc,
                             timeout=datetime.timedelta(seconds=120))
@@ -63,6 +66,7 @@ def main() -> None:
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
     import tempfile
 
