@@ -22,7 +22,9 @@ anything else at the same time: by default ModelSync makes its own
 
 Contract: every rank of the group calls step() equally often; all ranks start
 from one model (the group's first rank broadcasts it at construction) and
-stay bitwise identical after each applied sync.
+stay bitwise identical after each applied sync. The parameters travel and
+are averaged as one flat float32 tensor (float64 or half parameters are
+converted and written back), so float64 models sync at float32 precision.
 """
 from __future__ import annotations
 
