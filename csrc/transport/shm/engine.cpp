@@ -84,6 +84,7 @@ void Engine::round() {
 }
 
 void Engine::post() {
+  segment_->control(local_rank_)->cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   ++posted_;
   segment_->control(local_rank_)->posted.store(posted_, std::memory_order_seq_cst);
   // Dekker pairing with sleep_until: a sleeper increments `sleepers` before its
@@ -104,15 +105,28 @@ bool Engine::all_posted(uint64_t target) const {
 
 void Engine::wait_all(uint64_t target) {
   if (all_posted(target)) return;
+  const int cpu = ::sched_getcpu();
   for (int i = 0; i < spin_iterations_; ++i) {
     cpu_relax();
     if (all_posted(target)) return;
+    if (i % kSharedCpuCheckEvery == 0 && missing_rank_shares_cpu(target, cpu)) break;  // yield the core to it
   }
   for (int i = 0; i < yield_iterations_; ++i) {
     ::sched_yield();
     if (all_posted(target)) return;
   }
   sleep_until(target);
+}
+
+bool Engine::missing_rank_shares_cpu(uint64_t target, int cpu) const {
+  for (const auto r : c10::irange(local_size_)) {
+    const RankControl* peer = segment_->control(r);
+    if (r != local_rank_ && peer->posted.load(std::memory_order_relaxed) < target &&
+        peer->cpu.load(std::memory_order_relaxed) == cpu) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Engine::sleep_until(uint64_t target) {

@@ -15,8 +15,10 @@
 // The first use of an op also carries the rank's OpDescriptor; after the first
 // round every rank compares all descriptors, so a size/dtype/op mismatch raises
 // the same error on every rank instead of corrupting memory (Gloo aborts the
-// process there). Waiting spins briefly, then yields, then sleeps on a futex in
-// the segment (posters wake sleepers), so oversubscribed hosts keep working;
+// process there). Waiting spins briefly (not at all while a rank it waits for
+// last ran on this CPU: spinning would only delay it), then yields, then
+// sleeps on a futex in the segment (posters wake sleepers), so oversubscribed
+// hosts keep working;
 // while sleeping it checks the deadline (the op's timeout), the segment's
 // failure flag (with the first failure's reason, quoted by the others),
 // whether a missing peer left the group (leave()) and whether peer processes
@@ -121,6 +123,8 @@ class Engine {
  private:
   void post();
   bool all_posted(uint64_t target) const;
+  // True when a local rank that has not posted `target` last ran on `cpu`.
+  bool missing_rank_shares_cpu(uint64_t target, int cpu) const;
   void wait_all(uint64_t target);
   void sleep_until(uint64_t target);
   void check_health();

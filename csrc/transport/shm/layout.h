@@ -66,6 +66,10 @@ struct RankControl {
   // `p2p_sleepers` > 0, wakes the futex on it (p2p_channels.cpp).
   alignas(64) std::atomic<uint32_t> p2p_doorbell;
   std::atomic<uint32_t> p2p_sleepers;
+  // The CPU this rank ran on when it last posted a round or waited for a
+  // message (sched_getcpu): a waiter that finds the rank it waits for on its
+  // own CPU stops spinning and yields (waiting.h, shares_cpu_with).
+  std::atomic<int32_t> cpu;
 };
 
 // Point-to-point channel geometry: a ring of kChannelSlots slots of

@@ -46,6 +46,13 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// How often a spinning waiter looks whether a rank it waits for runs on its
+// own CPU (then spinning only delays that rank: the waiter yields instead).
+// Two ranks sharing a core happen often on small machines (the scheduler puts
+// a woken task beside its waker) and cost ~150 us per small op when the
+// waiter spins; measured in docs/algorithms.md ("Waiting").
+constexpr int kSharedCpuCheckEvery = 32;
+
 // False when the process is gone or a zombie (killed but not yet reaped).
 inline bool process_alive(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
