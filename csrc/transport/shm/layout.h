@@ -66,9 +66,9 @@ struct RankControl {
   // `p2p_sleepers` > 0, wakes the futex on it (p2p_channels.cpp).
   alignas(64) std::atomic<uint32_t> p2p_doorbell;
   std::atomic<uint32_t> p2p_sleepers;
-  // The CPU this rank ran on when it last posted a round or waited for a
-  // message (sched_getcpu): a waiter that finds the rank it waits for on its
-  // own CPU stops spinning and yields (waiting.h, shares_cpu_with).
+  // The CPU this rank ran on when it last posted a round (sched_getcpu; 0
+  // before its first): an engine waiter that finds a rank it waits for on its
+  // own CPU stops spinning and yields (Engine::missing_rank_shares_cpu).
   std::atomic<int32_t> cpu;
 };
 

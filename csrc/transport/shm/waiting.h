@@ -50,7 +50,7 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
 // own CPU (then spinning only delays that rank: the waiter yields instead).
 // Two ranks sharing a core happen often on small machines (the scheduler puts
 // a woken task beside its waker) and cost ~150 us per small op when the
-// waiter spins; measured in docs/algorithms.md ("Waiting").
+// waiter spins; measured in docs/algorithms.md ("Sharing a CPU").
 constexpr int kSharedCpuCheckEvery = 32;
 
 // False when the process is gone or a zombie (killed but not yet reaped).
