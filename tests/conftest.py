@@ -55,6 +55,18 @@ def topology_ranks(request):
 
 
 @pytest.fixture
+def pool_of():
+    """pool_of(topology) -> the RankPool of a TOPOLOGIES name; pool_of(world_size, env) -> any other."""
+
+    def get(topology_or_size, env: tuple = ()) -> RankPool:
+        if isinstance(topology_or_size, str):
+            return _pool(*TOPOLOGIES[topology_or_size])
+        return _pool(topology_or_size, env)
+
+    return get
+
+
+@pytest.fixture
 def ranks2():
     return _pool(2)
 

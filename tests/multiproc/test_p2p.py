@@ -2,7 +2,6 @@
 and on one host with single copy off (every message through the channels' rings)."""
 import checks_p2p as checks
 import pytest
-from conftest import _pool
 
 CHECKS = [
     checks.sizes_and_dtypes,
@@ -21,8 +20,8 @@ def test_p2p(topology_ranks, check):
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-def test_p2p_ring_only(check):
-    _pool(3, (("FASTCOMM_P2P_SINGLE_COPY_BYTES", "0"),)).run(check)
+def test_p2p_ring_only(pool_of, check):
+    pool_of(3, (("FASTCOMM_P2P_SINGLE_COPY_BYTES", "0"),)).run(check)
 
 
 def test_single_copy_path(ranks2):

@@ -1,7 +1,6 @@
 """fastcomm.sync.ModelSync: full and incremental sync, compressed, asynchronous, checkpoints, DDP inside a host."""
 import checks_sync as checks
 import pytest
-from conftest import TOPOLOGIES, _pool
 
 
 def test_full_sync_is_the_average(ranks):
@@ -28,9 +27,8 @@ def test_checkpoint_resumes_exactly(ranks2, async_op):
 
 
 @pytest.mark.parametrize("topology", ["ws4", "ws4-2hosts"])
-def test_ddp_inside_hosts(topology):
-    world_size, env = TOPOLOGIES[topology]
-    _pool(world_size, env).run(checks.ddp_inside_hosts)
+def test_ddp_inside_hosts(pool_of, topology):
+    pool_of(topology).run(checks.ddp_inside_hosts)
 
 
 def test_bad_options(ranks2):
