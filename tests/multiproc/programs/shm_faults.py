@@ -67,26 +67,43 @@ def _init(rank: int, world_size: int, store_path: str, seconds: float) -> None:
     _say(f"SHM {rank} {_fastcomm_files()}")
 
 
-def _missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None:
-    _init(rank, world_size, store_path, 3.0 if how == "sleep" else 10.0)
-    t = torch.ones(1 << 20)
-    dist.all_reduce(t)  # one good op first: the failure is mid-life, not at setup
-    if rank == world_size - 1:
-        if how == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if how == "leave":
-            time.sleep(0.5)  # the others are waiting in the all_reduce by now
-            dist.destroy_process_group()
-        time.sleep(20)
-        os._exit(0)
+def _vanish(how: str, kill_after: float = 0.0) -> None:
+    """The last rank's part of the missing-peer scenarios: die, leave the group, or go silent."""
+    if how == "kill":
+        time.sleep(kill_after)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "leave":
+        time.sleep(0.5)  # the others are waiting for it by now
+        dist.destroy_process_group()
+    time.sleep(20)
+    os._exit(0)
+
+
+def _expect_failure(rank: int, op) -> None:
+    """Runs `op`, which a missing peer must make fail, and reports how it failed and when."""
     start = time.monotonic()
     try:
-        dist.all_reduce(t)
+        op()
     except Exception as err:  # noqa: BLE001  (the point is to see which error)
         _report(rank, start, err)
         os._exit(0)
     _say(f"RESULT {rank} ok")
     os._exit(1)
+
+
+def _group_still_works(rank: int, world_size: int) -> None:
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world_size))), t
+
+
+def _missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None:
+    _init(rank, world_size, store_path, 3.0 if how == "sleep" else 10.0)
+    t = torch.ones(1 << 20)
+    dist.all_reduce(t)  # one good op first: the failure is mid-life, not at setup
+    if rank == world_size - 1:
+        _vanish(how)
+    _expect_failure(rank, lambda: dist.all_reduce(t))
 
 
 def _mismatch(rank: int, world_size: int, store_path: str) -> None:
@@ -111,9 +128,7 @@ def _mismatch(rank: int, world_size: int, store_path: str) -> None:
             _report(rank, start, err)
         else:
             _say(f"RESULT {rank} ok (case {i})")
-        t = torch.ones(3)
-        dist.all_reduce(t)
-        assert torch.equal(t, torch.full((3,), float(n))), t
+        _group_still_works(rank, n)
     _say(f"AFTER {rank} group works")
     dist.destroy_process_group()
 
@@ -143,14 +158,8 @@ def _dead_other_host(rank: int, world_size: int, store_path: str) -> None:
     t = torch.ones(1 << 20)
     dist.all_reduce(t)  # one good op first
     if rank == world_size - 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-    start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-        _say(f"RESULT {rank} ok")
-    except Exception as err:  # noqa: BLE001
-        _report(rank, start, err)
-    os._exit(0)
+        _vanish("kill")
+    _expect_failure(rank, lambda: dist.all_reduce(t))
 
 
 def _p2p_missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None:
@@ -158,23 +167,9 @@ def _p2p_missing_peer(rank: int, world_size: int, store_path: str, how: str) -> 
     t = torch.zeros(1 << 16)
     if rank == world_size - 1:
         dist.send(torch.ones(1 << 16), dst=0)  # one good message first
-        if how == "kill":
-            time.sleep(0.3)  # rank 0 waits in its second recv by now
-            os.kill(os.getpid(), signal.SIGKILL)
-        if how == "leave":
-            time.sleep(0.5)
-            dist.destroy_process_group()
-        time.sleep(20)
-        os._exit(0)
+        _vanish(how, kill_after=0.3)  # rank 0 waits in its second recv by now
     dist.recv(t, src=world_size - 1)
-    start = time.monotonic()
-    try:
-        dist.recv(t, src=world_size - 1)
-    except Exception as err:  # noqa: BLE001
-        _report(rank, start, err)
-        os._exit(0)
-    _say(f"RESULT {rank} ok")
-    os._exit(1)
+    _expect_failure(rank, lambda: dist.recv(t, src=world_size - 1))
 
 
 def _p2p_mismatch(rank: int, world_size: int, store_path: str) -> None:
@@ -199,9 +194,7 @@ def _p2p_mismatch(rank: int, world_size: int, store_path: str) -> None:
             dist.send(torch.ones(10), dst=2)
         except Exception as err:  # noqa: BLE001
             _report(rank, start, err)
-    t = torch.ones(3)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full((3,), float(world_size))), t
+    _group_still_works(rank, world_size)
     _say(f"AFTER {rank} group works")
     dist.destroy_process_group()
 
