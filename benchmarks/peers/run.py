@@ -28,16 +28,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
+
+from fastcomm.bench.cli import UsageError, parse_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 DEFAULT_SIZES = "8,64K,1M,16M,64M"
-
-
-def _bytes(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def _busy() -> tuple[int, int]:
@@ -106,7 +102,10 @@ def main(argv=None) -> int:
                    help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
     p.add_argument("--json", help="write every sample and the machine load per run here")
     args = p.parse_args(argv)
-    args.size_list = [_bytes(s) for s in args.sizes.split(",")]
+    try:
+        args.size_list = [parse_size(s) for s in args.sizes.split(",")]
+    except UsageError as error:
+        p.error(str(error))
     commands = _commands(args)
     wanted = args.libraries.split(",")
     unknown = sorted(set(wanted) - set(commands))

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -68,8 +69,6 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="fastcomm-peers-") as tmp:
         mp.spawn(_rank, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
 
