@@ -18,11 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fastcomm._compat import all_gather_single
 from fastcomm.hooks.parameter_buffers import Layout, ParameterBuffers
-
-
-# torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class HookState:
@@ -83,7 +80,7 @@ class HookState:
         """Every rank's 1-D payload, as rows of a [world_size, numel] tensor once the future completes."""
         self.wire_bytes += payload.numel() * payload.element_size()
         gathered = torch.empty((self.world_size * payload.numel(),), dtype=payload.dtype, device=payload.device)
-        work = _all_gather_single(gathered, payload, group=self.process_group, async_op=True)
+        work = all_gather_single(gathered, payload, group=self.process_group, async_op=True)
         return gathered.view(self.world_size, payload.numel()), work.get_future()
 
     # -- per-parameter state ---------------------------------------------------

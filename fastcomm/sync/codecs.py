@@ -16,9 +16,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from fastcomm._compat import all_gather_single
+
 _ops = torch.ops.fastcomm
-# torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 COMPRESSIONS = (None, "int8", "topk", "sign")
 
@@ -52,7 +52,7 @@ class Codec:
         payload = self._encode(change, error)
         self.sent_bytes += payload.numel() * payload.element_size()
         gathered = torch.empty(self.world_size * payload.numel(), dtype=payload.dtype)
-        work = _all_gather_single(gathered, payload, group=self.group, async_op=True)
+        work = all_gather_single(gathered, payload, group=self.group, async_op=True)
 
         def finish_gather() -> None:
             work.wait()

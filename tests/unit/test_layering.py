@@ -33,12 +33,13 @@ CPP_ALLOWED = {
 PY_ALLOWED = {
     "_C": set(),
     "_options": set(),
+    "_compat": set(),
     "_gloo": {"_options"},
     "_shm": {"_C", "_gloo", "_options"},
     "_backend": {"_C", "_gloo", "_shm", "_options"},
-    "hooks": {"_C", "hooks"},
+    "hooks": {"_C", "_compat", "hooks"},
     "nn": {"_C", "nn"},
-    "sync": {"_C", "sync"},  # the hooks' kernels through torch.ops, not the hooks package
+    "sync": {"_C", "_compat", "sync"},  # the hooks' kernels through torch.ops, not the hooks package
     "bench": {"bench", "__init__"},  # the CLI imports fastcomm itself to register the backend
     "__init__": {"_C", "_backend", "hooks", "nn", "sync"},
 }
