@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import fastcomm.hooks as hooks
 from fastcomm.bench.tasks import TeacherNet, teacher_batch, teacher_eval_set
 from fastcomm.hooks import reference
+from reference import assert_ranks_identical
 from fastcomm.hooks.registry import HOOKS
 
 _groups: dict[str, dist.ProcessGroup | None] = {}
@@ -324,17 +325,8 @@ def train(rank, world_size, name, steps, options=None, backend="fastcomm", dtype
         if (step + 1) % 10 == 0:
             with torch.no_grad():
                 losses.append(nn.functional.cross_entropy(model(eval_x.to(dtype)).float(), eval_y).item())
-    _assert_ranks_identical(model, world_size, group, f"{name} after {steps} steps")
+    assert_ranks_identical(model, world_size, f"{name} after {steps} steps", group)
     return {"losses": losses, "stats": state.stats() if state else None}
-
-
-def _assert_ranks_identical(model: nn.Module, world_size: int, group, what: str) -> None:
-    flat = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
-    parts = [torch.empty_like(flat) for _ in range(world_size)]
-    dist.all_gather(parts, flat, group=group)
-    for r, part in enumerate(parts):
-        assert torch.equal(part, flat), f"{what}: rank {r}'s parameters differ"
-    assert torch.isfinite(flat).all(), f"{what}: non-finite parameters"
 
 
 def ddp_options(rank, world_size, name, option):
@@ -360,7 +352,7 @@ def ddp_options(rank, world_size, name, option):
                 else:
                     nn.functional.cross_entropy(ddp(x), y).backward()
             opt.step()
-        _assert_ranks_identical(model, world_size, None, f"{name} with {option}")
+        assert_ranks_identical(model, world_size, f"{name} with {option}")
         if state is not None:
             assert state.stats()["steps"] == 4, state.stats()
         results.append(model)
@@ -402,7 +394,7 @@ def mixed_dtypes(rank, world_size, name):
     assert {c["input"].dtype for c in calls} == {torch.float64, torch.float32, torch.bfloat16}
     for call in calls:
         assert call["output"].dtype == call["input"].dtype and torch.isfinite(call["output"]).all()
-    _assert_ranks_identical(model, world_size, None, f"{name} mixed dtypes")
+    assert_ranks_identical(model, world_size, f"{name} mixed dtypes")
 
 
 def checkpoint_restores_state(rank, world_size, name):

@@ -10,6 +10,7 @@ import torch.nn as nn
 
 import fastcomm
 from fastcomm.sync import ModelSync
+from reference import assert_ranks_identical
 
 
 def _model() -> nn.Module:
@@ -38,18 +39,12 @@ def _gather(t: torch.Tensor, world_size: int, group=None) -> list[torch.Tensor]:
     return parts
 
 
-def _assert_identical(model: nn.Module, world_size: int, what: str) -> None:
-    flat = _flat(model)
-    for r, part in enumerate(_gather(flat, world_size)):
-        assert torch.equal(part, flat), f"{what}: rank {r}'s parameters differ"
-
-
 def full_sync_is_the_average(rank, world_size):
     model = _model()
     with torch.no_grad():
         next(model.parameters()).add_(100.0 * rank)  # the group's first rank's model wins at construction
     sync = ModelSync(model, period=3)
-    _assert_identical(model, world_size, "after construction")
+    assert_ranks_identical(model, world_size, "after construction")
     for step in range(1, 7):
         _local_step(model, rank, step)
         before = _flat(model)
@@ -58,7 +53,7 @@ def full_sync_is_the_average(rank, world_size):
         if synced:
             expected = torch.stack(_gather(before, world_size)).sum(0) / world_size
             assert torch.equal(_flat(model), expected), f"step {step}: not the average"
-            _assert_identical(model, world_size, f"sync at step {step}")
+            assert_ranks_identical(model, world_size, f"sync at step {step}")
     numel = _flat(model).numel()
     assert sync.stats() == {"steps": 6, "syncs": 2, "sent_bytes": 2 * numel * 4, "model_bytes": numel * 4}
 
@@ -77,7 +72,7 @@ def incremental_without_compression_matches_full(rank, world_size):
                 assert torch.equal(_flat(model), expected), f"step {step}"
             else:
                 torch.testing.assert_close(_flat(model), expected, rtol=0, atol=1e-5)
-            _assert_identical(model, world_size, f"step {step}")
+            assert_ranks_identical(model, world_size, f"step {step}")
             assert torch.equal(sync.anchor.detach(), _flat(model))
     assert not torch.equal(start, _flat(model))
 
@@ -95,7 +90,7 @@ def compressed_keeps_what_it_leaves_out(rank, world_size, compression):
         _local_step(model, rank, step)
         total_change += _flat(model) - local_before
         if sync.step():
-            _assert_identical(model, world_size, f"{compression} step {step}")
+            assert_ranks_identical(model, world_size, f"{compression} step {step}")
     mean_change = torch.stack(_gather(total_change, world_size)).sum(0) / world_size
     mean_error = torch.stack(_gather(sync.error, world_size)).sum(0) / world_size
     torch.testing.assert_close(sync.anchor.detach() - start + mean_error, mean_change, rtol=1e-5, atol=1e-4)
@@ -127,7 +122,7 @@ def async_applies_one_round_late(rank, world_size, mode):
     sync.finish()
     expected = torch.stack(_gather(launched_at[-1], world_size)).sum(0) / world_size
     torch.testing.assert_close(_flat(model), expected, rtol=0, atol=1e-5 if mode == "incremental" else 0)
-    _assert_identical(model, world_size, "after finish()")
+    assert_ranks_identical(model, world_size, "after finish()")
 
 
 def checkpoint_resumes_exactly(rank, world_size, async_op):
@@ -187,7 +182,7 @@ def ddp_inside_hosts(rank, world_size):
         ddp(x).pow(2).mean().backward()
         opt.step()
         sync.step()
-    _assert_identical(model, world_size, "DDP inside, ModelSync across")
+    assert_ranks_identical(model, world_size, "DDP inside, ModelSync across")
 
 
 def bad_options(rank, world_size):

@@ -10,6 +10,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from reference import assert_ranks_identical
+
 LOCAL_BATCH = 4
 STEPS = 3
 
@@ -83,20 +85,12 @@ def _assert_params_close(model: nn.Module, reference: nn.Module, rtol: float, at
         torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=atol, msg=lambda m: f"{what} {name}: {m}")
 
 
-def _assert_ranks_identical(model: nn.Module, world_size: int, what: str) -> None:
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    gathered = [torch.empty_like(flat) for _ in range(world_size)]
-    dist.all_gather(gathered, flat)
-    for r, g in enumerate(gathered):
-        assert torch.equal(g, flat), f"{what}: parameters differ between this rank and rank {r}"
-
-
 def ddp_parity(rank, world_size):
     ref = _reference(world_size)
     for kwargs in ({}, {"static_graph": True}, {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.0001}):
         model = _train_ddp(rank, world_size, **kwargs)
         _assert_params_close(model, ref, 1e-10, 1e-12, f"DDP {kwargs}")
-        _assert_ranks_identical(model, world_size, f"DDP {kwargs}")
+        assert_ranks_identical(model, world_size, f"DDP {kwargs}")
 
 
 def ddp_no_sync(rank, world_size):
@@ -122,10 +116,10 @@ def ddp_torch_hooks(rank, world_size):
     # results agree to float16 precision, and every rank holds the same values.
     model = _train_ddp(rank, world_size, hook=default_hooks.fp16_compress_hook, hook_state=None)
     _assert_params_close(model, ref, 2e-3, 2e-3, "fp16_compress_hook")
-    _assert_ranks_identical(model, world_size, "fp16_compress_hook")
+    assert_ranks_identical(model, world_size, "fp16_compress_hook")
     state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
     model = _train_ddp(rank, world_size, hook=powerSGD_hook.powerSGD_hook, hook_state=state)
-    _assert_ranks_identical(model, world_size, "powerSGD_hook")
+    assert_ranks_identical(model, world_size, "powerSGD_hook")
     # lossy after step 2 but must stay in the neighbourhood of the exact run
     _assert_params_close(model, ref, 0.05, 0.05, "powerSGD_hook")
     assert state.iter == STEPS

@@ -76,3 +76,13 @@ def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Non
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     if not torch.equal(actual, expected):
         raise AssertionError(f"{what}: values differ\nactual={actual.flatten()[:16]}\nexpected={expected.flatten()[:16]}")
+
+
+def assert_ranks_identical(model: torch.nn.Module, world_size: int, what: str, group=None) -> None:
+    """Every rank of `group` holds bitwise the same parameters, and they are finite."""
+    flat = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
+    parts = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(parts, flat, group=group)
+    for r, part in enumerate(parts):
+        assert torch.equal(part, flat), f"{what}: rank {r}'s parameters differ"
+    assert torch.isfinite(flat).all(), f"{what}: non-finite parameters"
