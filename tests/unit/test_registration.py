@@ -68,23 +68,19 @@ def test_shared_memory_options(monkeypatch):
         monkeypatch.delenv(name)
 
 
-def test_pipeline_piece_option(monkeypatch):
-    monkeypatch.delenv("FASTCOMM_PIPELINE_PIECE_BYTES", raising=False)
-    assert read_options().pipeline_piece_bytes == 1 << 20
-    monkeypatch.setenv("FASTCOMM_PIPELINE_PIECE_BYTES", "65536")
-    assert read_options().pipeline_piece_bytes == 65536
-    monkeypatch.setenv("FASTCOMM_PIPELINE_PIECE_BYTES", "100")
-    with pytest.raises(ValueError, match="FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096"):
-        read_options()
-
-
-def test_p2p_single_copy_option(monkeypatch):
-    monkeypatch.delenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", raising=False)
-    assert read_options().p2p_single_copy_bytes == 64 << 10
-    monkeypatch.setenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", "0")
-    assert read_options().p2p_single_copy_bytes == 0
-    monkeypatch.setenv("FASTCOMM_P2P_SINGLE_COPY_BYTES", "-1")
-    with pytest.raises(ValueError, match="FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."):
+@pytest.mark.parametrize("name, field, default, good, bad, message", [
+    ("FASTCOMM_PIPELINE_PIECE_BYTES", "pipeline_piece_bytes", 1 << 20, 65536, "100",
+     "FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096"),
+    ("FASTCOMM_P2P_SINGLE_COPY_BYTES", "p2p_single_copy_bytes", 64 << 10, 0, "-1",
+     "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."),
+])
+def test_size_option(monkeypatch, name, field, default, good, bad, message):
+    monkeypatch.delenv(name, raising=False)
+    assert getattr(read_options(), field) == default
+    monkeypatch.setenv(name, str(good))
+    assert getattr(read_options(), field) == good
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=message):
         read_options()
 
 
