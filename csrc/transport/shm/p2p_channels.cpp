@@ -20,6 +20,7 @@ namespace {
 // how many empty looks it parks until the next post.
 constexpr auto kThreadPoll = std::chrono::microseconds(500);
 constexpr int kIdlePollsBeforePark = 200;
+constexpr auto kHealthCheckInterval = std::chrono::microseconds(200);
 // How a waiter waits before it sleeps on its doorbell. With a core per rank it
 // spins ~2 ms, then yields 64 times: waiters that yield early let the
 // scheduler keep two ranks on one core (it puts a woken rank beside its waker,
@@ -55,7 +56,8 @@ P2pChannels::P2pChannels(std::shared_ptr<Engine> engine, size_t single_copy_byte
       consumed_(local_size_, 0),
       closed_out_(local_size_),
       closed_in_(local_size_),
-      next_pid_check_(std::chrono::steady_clock::now()) {}
+      next_health_check_(std::chrono::steady_clock::now()),
+      next_pid_check_(next_health_check_) {}
 
 P2pChannels::~P2pChannels() {
   close("the process group was destroyed");
@@ -184,10 +186,15 @@ bool P2pChannels::progress(Finished& finished) {
     moved |= send_to(peer, finished);
     moved |= receive_from(peer, finished);
   }
+  // Deadlines and departed peers are looked at every kHealthCheckInterval,
+  // not on every pass: a spinning waiter runs thousands of passes per ms.
   const auto now = std::chrono::steady_clock::now();
-  const bool check_pids = check_pids_ && now >= next_pid_check_;
-  if (check_pids) next_pid_check_ = now + kPidCheckInterval;
-  check_health(finished, check_pids);
+  if (now >= next_health_check_) {
+    next_health_check_ = now + kHealthCheckInterval;
+    const bool check_pids = check_pids_ && now >= next_pid_check_;
+    if (check_pids) next_pid_check_ = now + kPidCheckInterval;
+    check_health(finished, check_pids);
+  }
   return moved;
 }
 

@@ -44,9 +44,9 @@
 // thread waits and then moves them, so futures complete and isends drain even
 // when the caller never waits (or sits in a collective); after 0.1 s without
 // ops it parks until the next post. Waiting spins, yields, then sleeps on the
-// doorbell (p2p_channels.cpp says how long and why); every pass checks the
-// ops' deadlines, whether a peer left the group and (every 0.1 s) whether its
-// process still exists, and fails the ops with the reason.
+// doorbell (p2p_channels.cpp says how long and why); passes check the ops'
+// deadlines and whether a peer left the group (every 0.2 ms) and whether its
+// process still exists (every 0.1 s), and fail the ops with the reason.
 //
 // Thread-safety: every member may be called from any thread; the pending ops
 // and per-channel state are guarded by one mutex, which is never held while a
@@ -210,7 +210,8 @@ class P2pChannels {
   std::vector<std::string> closed_out_;   // per destination: why the channel is dead (empty: alive)
   std::vector<std::string> closed_in_;    // per source
   std::string closed_;                    // close(): why everything is dead
-  std::chrono::steady_clock::time_point next_pid_check_;
+  std::chrono::steady_clock::time_point next_health_check_;  // deadlines, departed peers
+  std::chrono::steady_clock::time_point next_pid_check_;     // whether peers' processes exist
 
   std::atomic<int> waiters_{0};  // threads inside wait(): the progress thread stands back
   std::condition_variable wake_thread_;
