@@ -15,6 +15,10 @@ namespace shm {
 class P2pChannels;
 }
 
+// The low-precision all_reduce (Collective::wire): on one host through the
+// segment, elsewhere compressed around an ordinary all_reduce. Registered first.
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology);
+std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);
 std::unique_ptr<Algorithm> make_alltoall_list_via_single();

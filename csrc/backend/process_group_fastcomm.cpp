@@ -42,13 +42,17 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // first (each rewrites into simpler collectives), then fastcomm's own
   // transports, the delegates last. Only the algorithms this group's topology
   // can run are registered, so algorithm_names() tells which paths it has.
+  // The low-precision all_reduce comes first: it is the only collective with
+  // a wire format, which no later algorithm looks at.
+  const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
+  if (topology.single_host()) dispatcher_.add(make_allreduce_low_precision_shm(topology));
+  dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective
   dispatcher_.add(make_contiguous_staging());
   dispatcher_.add(make_coalesced_via_flat_buffer(size));
   dispatcher_.add(make_alltoall_list_via_single());
   dispatcher_.add(make_avg_via_sum(rank, size));
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
-  const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
   if (topology.single_host()) {
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology));
@@ -116,6 +120,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce(std::vector<at::T
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
   return run(std::move(c), opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_low_precision(const at::Tensor& tensor,
+                                                                             LowPrecisionWire wire) {
+  auto c = make(OpType::ALLREDUCE, "all_reduce_low_precision");
+  c.inputs = {tensor};
+  c.wire = std::move(wire);
+  return run(std::move(c), c10d::kUnsetTimeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_coalesced(

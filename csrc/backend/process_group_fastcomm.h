@@ -48,6 +48,11 @@ class ProcessGroupFastcomm final : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  // fastcomm's low-precision all_reduce of `tensor` in place (core/collective.h
+  // LowPrecisionWire: scaled, clamped, sent and summed as wire.dtype), for the
+  // fp16/bf16 DDP hooks; not a c10d collective, so Python reaches it through
+  // fastcomm's binding only.
+  c10::intrusive_ptr<c10d::Work> allreduce_low_precision(const at::Tensor& tensor, LowPrecisionWire wire);
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;

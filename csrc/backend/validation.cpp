@@ -1,5 +1,7 @@
 #include "backend/validation.h"
 
+#include <cmath>
+
 #include "core/errors.h"
 #include "core/support.h"
 
@@ -184,6 +186,28 @@ void check_shapes(const Collective& c, int rank, int n) {
   }
 }
 
+// The low-precision all_reduce's own rules (LowPrecisionWire, core/collective.h).
+void check_wire(const Collective& c) {
+  const LowPrecisionWire& wire = *c.wire;
+  const char* op = c.name;
+  FC_CHECK(c.type == OpType::ALLREDUCE && c.reduce_op == ReduceOp::SUM, op, "sums only");
+  FC_CHECK(c.device == c10::DeviceType::CPU, op, "takes CPU tensors only (CUDA buckets: the hooks' compress "
+           "kernels around an NCCL all_reduce), got a tensor on ", c10::DeviceTypeName(c.device));
+  const at::Tensor& t = c.inputs[0];
+  FC_CHECK(is_low_precision_source_dtype(t.scalar_type()), op, "the tensor must be float32, float64, float16 or "
+           "bfloat16, got ", t.scalar_type());
+  FC_CHECK(t.is_contiguous(), op, "the tensor must be contiguous (shape ", t.sizes(), ", strides ", t.strides(), ")");
+  FC_CHECK(is_low_precision_wire_dtype(wire.dtype), op, "the wire dtype must be float16 or bfloat16, got ",
+           wire.dtype);
+  FC_CHECK(std::isfinite(wire.scale), op, "scale must be finite, got ", wire.scale);
+  FC_CHECK(wire.limit > 0, op, "limit must be positive (inf: clamp nothing), got ", wire.limit);
+  if (wire.clamped.defined()) {
+    FC_CHECK(wire.clamped.scalar_type() == at::kLong && wire.clamped.numel() == 1 && wire.clamped.is_cpu(), op,
+             "clamped must be a one-element int64 CPU tensor, got ", wire.clamped.scalar_type(), " of shape ",
+             wire.clamped.sizes(), " on ", wire.clamped.device());
+  }
+}
+
 }  // namespace
 
 void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits,
@@ -209,6 +233,7 @@ void validate(const Collective& c, int rank, int world_size) {
   check_tensors(c);
   check_shapes(c, rank, world_size);
   if (c.is_reduction()) check_reduce_op(c.name, c.reduce_op, c.dtype(), c.device);
+  if (c.wire) check_wire(c);
 }
 
 }  // namespace fastcomm

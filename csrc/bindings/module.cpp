@@ -114,6 +114,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           },
           "Shared-memory send/recv of this rank (None when the group has none): messages sent, those the "
           "receiver read in one copy, and single-copy reads this rank's receives were refused.")
+      .def(
+          "all_reduce_low_precision",
+          [](ProcessGroupFastcomm& pg, const at::Tensor& tensor, at::ScalarType dtype, double scale, double limit,
+             std::optional<at::Tensor> clamped) {
+            fastcomm::LowPrecisionWire wire{dtype, scale, limit, clamped.value_or(at::Tensor())};
+            return NoGilDestructorHolder<c10d::Work>(pg.allreduce_low_precision(tensor, std::move(wire)));
+          },
+          py::arg("tensor"), py::arg("dtype"), py::arg("scale"), py::arg("limit"), py::arg("clamped") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          "Sums `tensor` (CPU, float) in place over the group, sent as `dtype` (float16/bfloat16): each rank's "
+          "values are multiplied by `scale`, finite ones beyond +-limit clamped (counted into `clamped`, a "
+          "one-element int64 tensor), rounded to `dtype`, summed in float32 and rounded once (core/collective.h "
+          "LowPrecisionWire). Returns the Work.")
       .def_property_readonly("timeout", &ProcessGroupFastcomm::timeout);
 
   using fastcomm::shm::Engine;

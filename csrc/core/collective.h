@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,23 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace fastcomm {
+
+// The wire format of fastcomm's low-precision all_reduce
+// (ProcessGroupFastcomm::allreduce_low_precision, used by the fp16/bf16 DDP
+// hooks). Each rank's tensor (a floating type) is multiplied by `scale`,
+// finite values beyond +-limit are clamped, the values are rounded to `dtype`
+// (float16 or bfloat16) and summed, and the sum is written back into the
+// tensor. On one host (allreduce_low_precision_shm) the sum is taken in
+// float32 in rank order and rounded once; elsewhere
+// (allreduce_low_precision_via_compress) it is the group's ordinary
+// all_reduce of `dtype` (Gloo rounds each partial sum). `clamped` (int64, one
+// element, CPU) gains the number of this rank's values that were clamped.
+struct LowPrecisionWire {
+  c10::ScalarType dtype = c10::ScalarType::Half;
+  double scale = 1.0;
+  double limit = 0.0;
+  at::Tensor clamped;
+};
 
 struct Collective {
   c10d::OpType type = c10d::OpType::UNKNOWN;
@@ -44,6 +62,10 @@ struct Collective {
   std::vector<int64_t> output_splits;
   std::chrono::milliseconds timeout{0};  // always set (group timeout when the call gave none)
   c10::DeviceType device = c10::DeviceType::CPU;
+  // ALLREDUCE only: set for a low-precision all_reduce. Only the algorithms
+  // registered first (allreduce_low_precision_*) accept a collective with a
+  // wire format; every other algorithm sees only collectives without one.
+  std::optional<LowPrecisionWire> wire;
 
   // Every tensor this call touches (inputs first), for checks that apply to all.
   std::vector<at::Tensor> all_tensors() const;

@@ -104,4 +104,12 @@ void check_reduce_op(const char* op_name, const ReduceOp& op, c10::ScalarType dt
   }
 }
 
+bool is_low_precision_source_dtype(c10::ScalarType dtype) {
+  return dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
+}
+
+bool is_low_precision_wire_dtype(c10::ScalarType dtype) {
+  return dtype == c10::kHalf || dtype == c10::kBFloat16;
+}
+
 }  // namespace fastcomm

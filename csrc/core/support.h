@@ -42,6 +42,12 @@ bool cpu_kernels_reduce(c10::ScalarType dtype, ReduceKind kind);
 // it; nullopt otherwise.
 std::optional<ReduceKind> cpu_kernel_reduction(const c10d::ReduceOp& op, c10::ScalarType dtype);
 
+// fastcomm's low-precision all_reduce (LowPrecisionWire, core/collective.h):
+// the tensors it takes (float32, float64, float16, bfloat16 on CPU, converted
+// by the compression kernels) and the dtypes it sends (float16, bfloat16).
+bool is_low_precision_source_dtype(c10::ScalarType dtype);
+bool is_low_precision_wire_dtype(c10::ScalarType dtype);
+
 // Throws c10::Error ("fastcomm <op_name>: ...") when `op` is undefined for
 // `dtype` on `device` (bitwise ops on floating types, AVG on bool, PREMUL_SUM
 // off CUDA, ...).

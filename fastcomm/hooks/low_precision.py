@@ -1,12 +1,16 @@
 """fp16 and bf16 compression: the bucket travels in half precision.
 
-One fused pass compresses (scale by 1/world_size, convert, and for float16
-clamp finite values beyond +-65504 / world_size, counted in stats()["clamped"]),
-the all_reduce sums the half-precision bucket (fastcomm's shared-memory engine
-accumulates half types in float32 and rounds once), and one fused pass
-converts the result back into the bucket. torch's fp16_compress_hook makes a
-separate division pass and cannot clamp; its bf16 hook refuses to run outside
-CUDA/NCCL.
+The bucket is scaled by 1/world_size, converted (for float16 finite values
+beyond +-65504 / world_size are clamped, counted in stats()["clamped"]),
+summed in half precision (accumulated in float32, rounded once) and converted
+back into the bucket. On a fastcomm group with CPU buckets that is one call,
+the backend's low-precision all_reduce (``all_reduce_low_precision``: on one
+host the conversions happen on the way into and out of shared memory, with
+no passes of their own; docs/compression.md). On other groups (Gloo, NCCL,
+CUDA buckets) one fused pass compresses, an ordinary all_reduce sums the
+half-precision bucket and one fused pass converts back. Both give the same
+bits. torch's fp16_compress_hook makes a separate division pass and cannot
+clamp; its bf16 hook refuses to run outside CUDA/NCCL.
 
 Pre-scaling and the limit keep the float16 sum finite: each rank sends x /
 world_size, at most float16_limit(world_size) <= 65504 / world_size in
@@ -19,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fastcomm import _C
 from fastcomm.hooks.state import HookState
 
 _ops = torch.ops.fastcomm
@@ -67,12 +72,27 @@ def float16_limit(world_size: int) -> float:
     return float(half)
 
 
+def _fastcomm_backend(state: LowPrecisionState, buffer: torch.Tensor) -> _C.ProcessGroupFastcomm | None:
+    """The fastcomm backend that sums the state's group's buffers of this
+    device, when it is one (CPU buffers only); None otherwise."""
+    if buffer.device.type != "cpu":
+        return None
+    group = state.process_group if state.process_group is not None else dist.distributed_c10d._get_default_group()
+    backend = group._get_backend(buffer.device)
+    return backend if isinstance(backend, _C.ProcessGroupFastcomm) else None
+
+
 def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state._count_bucket(bucket)
     buffer = bucket.buffer()
-    compressed = torch.empty(buffer.numel(), dtype=state.dtype, device=buffer.device)
     scale = 1.0 / state.world_size
     limit = float16_limit(state.world_size) if state.dtype == torch.float16 else float("inf")
+    backend = _fastcomm_backend(state, buffer)
+    if backend is not None:
+        state.wire_bytes += buffer.numel() * state.dtype.itemsize
+        work = backend.all_reduce_low_precision(buffer, state.dtype, scale, limit, state.clamped_counter(buffer.device))
+        return work.get_future().then(lambda _: buffer)
+    compressed = torch.empty(buffer.numel(), dtype=state.dtype, device=buffer.device)
     _ops.compress_multi_tensor_pack([buffer], compressed, scale, limit, state.clamped_counter(buffer.device))
 
     def decompress(fut: torch.futures.Future) -> torch.Tensor:

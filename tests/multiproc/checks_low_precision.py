@@ -1,0 +1,160 @@
+"""fastcomm's low-precision all_reduce (backend.all_reduce_low_precision, the
+fp16/bf16 hooks' path on fastcomm groups): bitwise against a plain torch
+statement of its definition (core/collective.h LowPrecisionWire), on every
+topology, through the path the topology should take; bad arguments; the hooks
+use it."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import fastcomm
+import fastcomm.hooks as hooks
+from fastcomm.hooks import reference
+from fastcomm.hooks.low_precision import float16_limit
+from checks_errors import _expect_error, _group_still_works
+
+
+def _input(rank: int, numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random values of every magnitude: some beyond float16 (clamped), inf and NaN, zeros."""
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    x = torch.randn(numel, generator=g, dtype=torch.float64) * torch.exp(torch.randn(numel, generator=g, dtype=torch.float64) * 4)
+    if numel > 10:
+        x[3] = 1e6 * (rank + 1)
+        x[5] = float("inf") if rank == 0 else 1.0
+        x[7] = float("nan") if rank == 1 else 0.0
+        x[9] = 0.0
+    return x.to(dtype)
+
+
+def expected(inputs: list[torch.Tensor], wire: torch.dtype, scale: float, limit: float) -> tuple[torch.Tensor, list[int]]:
+    """The definition: each rank's values scaled, clamped, rounded to `wire`;
+    summed in float32 in rank order, rounded once; widened back. Also each rank's clamp count."""
+    acc, counts = None, []
+    for x in inputs:
+        sent = torch.empty(x.numel(), dtype=wire)
+        counts.append(reference.multi_tensor_pack([x], sent, scale, limit))
+        acc = sent.float() if acc is None else acc + sent.float()
+    out = torch.empty_like(inputs[0])
+    reference.multi_tensor_unpack(acc.to(wire), [out], 1.0)
+    return out, counts
+
+
+def composed(mine: torch.Tensor, wire: torch.dtype, scale: float, limit: float) -> torch.Tensor:
+    """What the hooks did before on every group and still do off one host: the
+    rank's values packed (the reference), an ordinary all_reduce of the wire
+    dtype on this group, widened back."""
+    sent = torch.empty(mine.numel(), dtype=wire)
+    reference.multi_tensor_pack([mine], sent, scale, limit)
+    dist.all_reduce(sent)
+    out = torch.empty_like(mine)
+    reference.multi_tensor_unpack(sent, [out], 1.0)
+    return out
+
+
+def _path() -> str:
+    names = fastcomm.fastcomm_backend().algorithm_names()
+    return "allreduce_low_precision_shm" if "allreduce_low_precision_shm" in names else "allreduce_low_precision_via_compress"
+
+
+def matches_definition(rank, world_size):
+    """float16 (with fp16's limit) and bfloat16 (no limit), float32 and float64
+    and bfloat16 tensors, sizes from empty to several slots and pieces (300_001
+    elements; 6_145 crosses 4 KiB slots at 2-byte elements), through this
+    topology's path, bitwise: on one host equal to the definition (float32
+    sums in rank order, rounded once), elsewhere to the composition around
+    the group's own all_reduce; clamp counts per rank."""
+    backend = fastcomm.fastcomm_backend()
+    path = _path()
+    one_host = path == "allreduce_low_precision_shm"
+    before = backend.algorithm_counts().get(path, 0)
+    calls = 0
+    cases = [(torch.float16, float16_limit(world_size)), (torch.bfloat16, float("inf")), (torch.float16, 2.0)]
+    for seed, (wire, limit) in enumerate(cases):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            for numel in (0, 1, 5, 6_145, 300_001):
+                inputs = [_input(r, numel, dtype, seed) for r in range(world_size)]
+                want, counts = expected(inputs, wire, 1.0 / world_size, limit)
+                if not one_host:
+                    want = composed(inputs[rank], wire, 1.0 / world_size, limit)
+                tensor = inputs[rank].clone()
+                clamped = torch.tensor([5], dtype=torch.long)
+                work = backend.all_reduce_low_precision(tensor, wire, 1.0 / world_size, limit, clamped)
+                work.wait()
+                assert work.get_future().value()[0].data_ptr() == tensor.data_ptr()  # in place
+                what = f"{wire} limit {limit} {dtype} x{numel}"
+                torch.testing.assert_close(tensor, want, rtol=0, atol=0, equal_nan=True, msg=what)
+                assert clamped.item() == 5 + counts[rank], (what, clamped.item(), counts)
+                calls += 1
+    assert backend.algorithm_counts()[path] == before + calls, (path, backend.algorithm_counts())
+    # without a counter, and a 2-D tensor (any contiguous shape)
+    x = _input(rank, 12, torch.float32, 9).view(3, 4)
+    want, _ = expected([_input(r, 12, torch.float32, 9) for r in range(world_size)], torch.float16, 0.5, 65504.0)
+    if not one_host:
+        want = composed(x.view(-1).clone(), torch.float16, 0.5, 65504.0)
+    backend.all_reduce_low_precision(x, torch.float16, 0.5, 65504.0).wait()
+    torch.testing.assert_close(x.view(-1), want, rtol=0, atol=0, equal_nan=True)
+    return path
+
+
+def bad_arguments(rank, world_size):
+    """Each bad argument: a RuntimeError naming all_reduce_low_precision and
+    what is wrong, raised before anything is sent; the group works afterwards."""
+    backend = fastcomm.fastcomm_backend()
+    op = lambda t, dtype=torch.float16, scale=1.0, limit=65504.0, clamped=None: (  # noqa: E731
+        backend.all_reduce_low_precision(t, dtype, scale, limit, clamped).wait())
+    op_name = "fastcomm all_reduce_low_precision: "
+    cases = [
+        (lambda: op(torch.ones(4, dtype=torch.int32)), op_name + "the tensor must be float32, float64, float16 or bfloat16, got Int"),
+        (lambda: op(torch.ones(4, 2)[:, 0]), op_name + "the tensor must be contiguous"),
+        (lambda: op(torch.ones(4), dtype=torch.float32), op_name + "the wire dtype must be float16 or bfloat16, got Float"),
+        (lambda: op(torch.ones(4), scale=float("inf")), op_name + "scale must be finite"),
+        (lambda: op(torch.ones(4), limit=0.0), op_name + "limit must be positive"),
+        (lambda: op(torch.ones(4), limit=float("nan")), op_name + "limit must be positive"),
+        (lambda: op(torch.ones(4), clamped=torch.zeros(2, dtype=torch.long)), op_name + "clamped must be a one-element int64 CPU tensor"),
+        (lambda: op(torch.ones(4), clamped=torch.zeros(1)), op_name + "clamped must be a one-element int64 CPU tensor, got Float"),
+    ]
+    for fn, pattern in cases:
+        _expect_error(fn, pattern)
+        _group_still_works(world_size)
+    return len(cases)
+
+
+def hooks_use_it(rank, world_size):
+    """The fp16 and bf16 hooks on a fastcomm group run the low-precision
+    all_reduce (one per bucket) and deliver its definition's bits: the
+    bucket's mean sent in half precision."""
+    backend = fastcomm.fastcomm_backend()
+    path = _path()
+    for name, wire in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 8))
+        ddp = DDP(model, bucket_cap_mb=0.05)  # several buckets (the first holds up to 1 MiB)
+        state = hooks.make_state(name)
+        buckets = []
+
+        def capture(state, bucket, hook=hooks.registry.HOOKS[name][1]):
+            entry = {"input": bucket.buffer().clone()}
+            buckets.append(entry)
+            return hook(state, bucket).then(lambda fut: entry.setdefault("output", fut.value().clone()))
+
+        ddp.register_comm_hook(state, capture)
+        g = torch.Generator().manual_seed(rank)
+        ddp(torch.randn(4, 64, generator=g)).square().sum().backward()  # DDP rebuilds its buckets after it
+        buckets.clear()
+        before = backend.algorithm_counts().get(path, 0)
+        ddp(torch.randn(4, 64, generator=g)).square().sum().backward()
+        assert len(buckets) > 1, len(buckets)
+        assert backend.algorithm_counts()[path] == before + len(buckets)
+        limit = float16_limit(world_size) if wire == torch.float16 else float("inf")
+        for entry in buckets:
+            everyone = [torch.empty_like(entry["input"]) for _ in range(world_size)]
+            dist.all_gather(everyone, entry["input"])
+            want, _ = expected(everyone, wire, 1.0 / world_size, limit)
+            if path != "allreduce_low_precision_shm":
+                want = composed(entry["input"], wire, 1.0 / world_size, limit)
+            torch.testing.assert_close(entry["output"], want, rtol=0, atol=0, msg=name)
+        numel = sum(p.numel() for p in model.parameters())
+        assert state.stats()["wire_bytes"] == 2 * 2 * numel  # both steps, 2 bytes per element
