@@ -91,3 +91,19 @@ def test_multihost_benchmark_prints_every_row(tmp_path):
     rows = re.findall(r"^\| 1gbit \| (\w+) .*\| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out.stdout, re.M)
     assert [r[0] for r in rows] == ["all_reduce", "all_gather", "reduce_scatter", "FSDP2"], out.stdout
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out.stdout
+
+
+def test_ddp_training_prints_every_configuration_and_a_plot(tmp_path):
+    plot = tmp_path / "training.svg"
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "ddp_training.py"), "--scale", "0.05", "--seconds", "0.05",
+         "--rounds", "1", "--warmup", "1", "--plot", str(plot)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = re.findall(r"^(cnn|transformer)\s+[\d.]+M\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)%\s+([\d.]+)$", out.stdout, re.M)
+    configs = ["gloo", "gloo+fp16", "fastcomm", "fastcomm+fp16", "fastcomm+powersgd"]
+    assert [(m, c) for m, c, *_ in rows] == [(m, c) for m in ("cnn", "transformer") for c in configs], out.stdout
+    assert all(float(r[2]) > 0 for r in rows) and [float(r[5]) for r in rows][0] == 1.0, out.stdout
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") >= 2 * 6 + 6, svg[:200]

@@ -1,0 +1,207 @@
+"""End-to-end DDP training on CPU: fastcomm against Gloo, side by side in one run.
+
+Real training steps (forward, backward with DDP's bucketed gradient
+all_reduce overlapping it, SGD with momentum) of two models whose
+communication matters, at small batches, in these configurations:
+
+  gloo             DDP on a Gloo group (torch's default CPU backend)
+  gloo+fp16        the same with torch's fp16_compress_hook
+  fastcomm         DDP on the fastcomm group
+  fastcomm+fp16    fastcomm.hooks fp16 (the engine's low-precision all_reduce)
+  fastcomm+powersgd  fastcomm.hooks powersgd (rank 4)
+
+All configurations start from the same weights and see the same batches; each
+is timed in alternating rounds (fastcomm/bench/harness.py: noise hits all
+alike), median step time of the slowest rank. "comm share" is the part of a
+step that communication adds: 1 - t(local step) / t(step), where the local
+step is the same step under DDP's no_sync() (no communication at all).
+
+Models (--scale shrinks their widths for quick checks):
+  cnn          VGG-style: 4 conv blocks on 32x32 images, a 4096-4096-2048 classifier
+               (26 M parameters, 104 MB of float32 gradients), batch 8
+  transformer  GPT-style decoder: 6 layers, d_model 640, vocabulary 8192 (36 M parameters),
+               batch 4 x 32 tokens
+
+    python benchmarks/ddp_training.py                      # both models, 2 ranks, table + plot
+    python benchmarks/ddp_training.py --short              # what scripts/bench.sh runs (about a minute)
+    python benchmarks/ddp_training.py --models cnn --plot cnn.svg
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
+from fastcomm.bench.svg import grouped_bars
+
+CONFIGS = ["gloo", "gloo+fp16", "fastcomm", "fastcomm+fp16", "fastcomm+powersgd"]
+
+
+class VggNet(nn.Module):
+    """4 conv blocks (64-128-256-256 channels at scale 1) and a large classifier."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        w = [max(4, int(c * scale)) for c in (64, 128, 256, 256)]
+        hidden = max(8, int(4096 * scale))
+        layers, cin = [], 3
+        for c in w:
+            layers += [nn.Conv2d(cin, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+            cin = c
+        self.features = nn.Sequential(*layers)  # 32x32 -> 2x2
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(cin * 4, hidden), nn.ReLU(),
+                                        nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden // 2),
+                                        nn.ReLU(), nn.Linear(hidden // 2, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class Gpt(nn.Module):
+    """A small GPT: token + position embeddings, pre-norm causal decoder layers, a tied output layer."""
+
+    def __init__(self, scale: float = 1.0, vocab: int = 8192, context: int = 32) -> None:
+        super().__init__()
+        d = max(16, int(640 * scale) // 16 * 16)
+        self.tokens = nn.Embedding(vocab, d)
+        self.positions = nn.Embedding(context, d)
+        layer = nn.TransformerEncoderLayer(d, max(1, d // 64), 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(context), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tokens(x) + self.positions(torch.arange(x.shape[1]))
+        h = self.layers(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True)
+        return self.norm(h) @ self.tokens.weight.t()
+
+
+def _cnn_task(scale: float, rank: int):
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 10, (8,), generator=g)
+    return VggNet(scale), lambda out: nn.functional.cross_entropy(out, y), x
+
+
+def _transformer_task(scale: float, rank: int):
+    g = torch.Generator().manual_seed(rank)
+    tokens = torch.randint(0, 8192, (4, 33), generator=g)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    return Gpt(scale), lambda out: nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)), x
+
+
+TASKS = {"cnn": _cnn_task, "transformer": _transformer_task}
+
+
+def _ddp(config: str, model_factory, fastcomm_group, gloo_group):
+    """DDP of a fresh copy of the model (same weights everywhere) for one configuration."""
+    import fastcomm.hooks
+
+    torch.manual_seed(0)
+    group = gloo_group if config.startswith("gloo") else fastcomm_group
+    ddp = DDP(model_factory(), process_group=group)
+    if config == "gloo+fp16":
+        ddp.register_comm_hook(gloo_group, default_hooks.fp16_compress_hook)
+    elif config == "fastcomm+fp16":
+        fastcomm.hooks.register(ddp, "fp16", process_group=group)
+    elif config == "fastcomm+powersgd":
+        fastcomm.hooks.register(ddp, "powersgd", process_group=group, rank=4)
+    return ddp
+
+
+def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
+    import fastcomm  # noqa: F401  (registers the backend)
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
+                            timeout=datetime.timedelta(seconds=600))
+    gloo = dist.new_group(backend="gloo")
+    control = dist.new_group(backend="gloo")  # timing agreement apart from the groups under test
+    rows = []
+    for model_name in args.models:
+        def factory():
+            return TASKS[model_name](args.scale, rank)[0]
+
+        _, loss_of, x = TASKS[model_name](args.scale, rank)
+        params = sum(p.numel() for p in factory().parameters())
+        steps = {}
+        for config in args.configs:
+            ddp = _ddp(config, factory, None, gloo)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
+
+            def step(ddp=ddp, optimizer=optimizer):
+                optimizer.zero_grad(set_to_none=False)
+                loss_of(ddp(x)).backward()
+                optimizer.step()
+
+            steps[config] = step
+            if config == args.configs[0]:
+                def local_step(ddp=ddp, optimizer=optimizer):
+                    with ddp.no_sync():
+                        step(ddp, optimizer)
+
+                steps["local"] = local_step
+        medians = alternating_rounds({k: timer_of(fn) for k, fn in steps.items()}, control, rounds=args.rounds,
+                                     seconds=args.seconds, max_iters=args.max_iters, warmup_calls=args.warmup,
+                                     warmup_seconds=0.0)
+        rows.append((model_name, params, medians))
+        measured(rank, model_name)
+    dist.destroy_process_group()
+    return rows
+
+
+def report(rows, args) -> str:
+    lines = [f"# DDP training steps, {args.nproc} ranks x {args.threads} thread(s), CPU; median of {args.rounds}"
+             " alternating rounds, slowest rank",
+             "# comm share = 1 - local step / step (local: the same step under no_sync); speedup = gloo step / step"]
+    lines.append(f"{'model':<12} {'params':>7} {'config':<18} {'step ms':>8} {'steps/s':>8} {'comm share':>10} {'speedup':>8}")
+    for model, params, medians in rows:
+        local = medians["local"]
+        for config in args.configs:
+            t = medians[config]
+            speedup = medians["gloo"] / t if "gloo" in medians else float("nan")
+            lines.append(f"{model:<12} {params / 1e6:>6.1f}M {config:<18} {t * 1e3:>8.1f} {1 / t:>8.2f}"
+                         f" {max(0.0, 1 - local / t) * 100:>9.0f}% {speedup:>8.2f}")
+        lines.append(f"{model:<12} {params / 1e6:>6.1f}M {'(local, no comm)':<18} {local * 1e3:>8.1f} {1 / local:>8.2f}")
+    return "\n".join(lines)
+
+
+def plot(rows, args, path: str) -> None:
+    groups = [(f"{model} ({params / 1e6:.0f}M)", [(c, 1 / medians[c]) for c in args.configs] +
+               [("no communication", 1 / medians["local"])]) for model, params, medians in rows]
+    title = f"DDP training on CPU, {args.nproc} ranks: steps per second (higher is better)"
+    with open(path, "w") as f:
+        f.write(grouped_bars(title, groups, unit="steps/s"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_round_arguments(p, seconds=6.0, max_iters=30, warmup=2, rounds=5)
+    p.add_argument("--models", nargs="+", choices=sorted(TASKS), default=list(TASKS))
+    p.add_argument("--configs", nargs="+", choices=CONFIGS, default=CONFIGS)
+    p.add_argument("--scale", type=float, default=1.0, help="model width factor (1: the sizes above)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--plot", default="ddp_training.svg", help="SVG bar chart to write ('' for none)")
+    p.add_argument("--short", action="store_true", help="3 rounds of about 0.6 s per configuration")
+    args = p.parse_args(argv)
+    if args.short:
+        args.rounds, args.seconds = 3, 1.8
+    if args.nproc < 2 or args.rounds < 1 or args.warmup < 1:
+        p.error("need --nproc >= 2, --rounds >= 1, --warmup >= 1")
+    rows = spawn_ranks(_rank, args.nproc, args)
+    print(report(rows, args))
+    if args.plot:
+        plot(rows, args, args.plot)
+        print(f"# plot: {os.path.abspath(args.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
