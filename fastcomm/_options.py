@@ -20,6 +20,12 @@ class Options:
     # all_reduce of S bytes on P ranks runs one-shot while S * (P-1)^2 <= this, else two-shot.
     # Measured: docs/algorithms.md.
     shm_oneshot_max_bytes: int = 128 << 10
+    # all_reduce on one host of at least this many bytes runs on the group's op
+    # queue thread: the call returns at once and its future completes there, so
+    # DDP's backward keeps computing while its buckets are summed; smaller ones
+    # run on the calling thread (no hand-over). 0: every one inline.
+    # Measured: docs/algorithms.md.
+    shm_async_min_bytes: int = 1 << 20
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
@@ -86,6 +92,7 @@ def read_options() -> Options:
         shm=_flag("FASTCOMM_SHM", Options.shm),
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
+        shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),

@@ -61,6 +61,12 @@ c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
   return future;
 }
 
+Launched pending() {
+  Launched out;
+  out.future = new_tensor_list_future();
+  return out;
+}
+
 Launched completed(std::vector<at::Tensor> results) {
   Launched out;
   out.future = new_tensor_list_future();

@@ -31,6 +31,11 @@ struct Launched {
   // Set by ops that progress on the waiting thread (shm p2p): the Work's
   // wait() and isCompleted() call it instead of sleeping on the future.
   c10::intrusive_ptr<c10d::Work> driver;
+  // Set by ops that fail their own future at their deadline (shm ops on the
+  // engine's op queue): a wait() without a timeout of its own gives them a
+  // moment past the op's timeout, so the caller sees their error (which says
+  // whom they waited for) rather than a generic timeout.
+  bool self_timed = false;
 };
 
 class Dispatcher;
@@ -59,6 +64,9 @@ c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
     c10::intrusive_ptr<c10d::Work> work,
     std::vector<at::Tensor> results,
     std::chrono::milliseconds timeout);
+
+// A future not completed yet (of a tensor list); whoever runs the op completes it.
+Launched pending();
 
 // A future already completed with `results`; for collectives with nothing to do.
 Launched completed(std::vector<at::Tensor> results);

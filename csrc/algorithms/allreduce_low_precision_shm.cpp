@@ -13,7 +13,9 @@
 // Per float32 element that is 4 + 2 bytes in, (P + 1) / P * 2 to reduce and
 // 2 + 4 out, against the separate compress, copy-in, copy-out and decompress
 // passes of the composition it replaces, whose result it equals bit for bit
-// (same conversions, same rank-order float32 sums).
+// (same conversions, same rank-order float32 sums). From
+// Config::shm_async_min_bytes on it runs on the engine's op queue
+// (shm_common.h): launch returns at once.
 #include <limits>
 #include <vector>
 
@@ -28,7 +30,8 @@ namespace {
 
 class AllreduceLowPrecisionShm final : public ShmAlgorithm {
  public:
-  using ShmAlgorithm::ShmAlgorithm;
+  AllreduceLowPrecisionShm(ShmTopology topology, int64_t async_min_bytes)
+      : ShmAlgorithm(std::move(topology)), async_min_bytes_(async_min_bytes) {}
 
   const char* name() const override {
     return "allreduce_low_precision_shm";
@@ -40,23 +43,20 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const LowPrecisionWire& wire = *c.wire;
+    const LowPrecisionWire wire = *c.wire;
     const at::Tensor& t = c.inputs[0];
     const c10::ScalarType dtype = t.scalar_type();
-    const size_t element = t.element_size(), wire_element = c10::elementSize(wire.dtype);
+    const size_t element = t.element_size();
     const int64_t count = t.numel();
     char* data = byte_ptr(t);
-    // Peers compare the wire dtype (not the tensor's): a plain all_reduce of
-    // the same tensor on another rank is a mismatch, not a silent mix.
-    shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
-    descriptor.dtype = static_cast<int32_t>(wire.dtype);
-    int64_t clamped = 0;
-    Launched launched = shm_run(engine, c, descriptor, [&]() {
+    // By value: the body may run after launch returned (the tensors stay alive with the queued collective).
+    auto body = [&engine, wire, dtype, element, count, data]() {
       const int n = engine.local_size(), me = engine.local_rank();
+      const size_t wire_element = c10::elementSize(wire.dtype);
       const int64_t chunk = static_cast<int64_t>(engine.slot_bytes() / wire_element);
       std::vector<const void*> slices(n);
       std::vector<compress::ScaledCopy> widen(n);
-      int64_t offset = 0;
+      int64_t clamped = 0, offset = 0;
       do {
         const int64_t len = std::min(chunk, count - offset);
         engine.start_use();
@@ -76,18 +76,24 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
         compress::scaled_copy_cpu(widen, 1.0, std::numeric_limits<double>::infinity());
         offset += len;
       } while (offset < count);
-    });
-    if (wire.clamped.defined() && launched.future->completed() && !launched.future->hasError()) {
-      wire.clamped.data_ptr<int64_t>()[0] += clamped;
-    }
-    return launched;
+      if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += clamped;  // only once it succeeded
+    };
+    // Peers compare the wire dtype (not the tensor's): a plain all_reduce of
+    // the same tensor on another rank is a mismatch, not a silent mix.
+    shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
+    descriptor.dtype = static_cast<int32_t>(wire.dtype);
+    if (runs_async(async_min_bytes_, t.nbytes())) return shm_run_async(engine, c, descriptor, body);
+    return shm_run(engine, c, descriptor, body);
   }
+
+ private:
+  int64_t async_min_bytes_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology) {
-  return std::make_unique<AllreduceLowPrecisionShm>(std::move(topology));
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology, int64_t async_min_bytes) {
+  return std::make_unique<AllreduceLowPrecisionShm>(std::move(topology), async_min_bytes);
 }
 
 }  // namespace fastcomm

@@ -11,6 +11,8 @@
 // Chunks alternate between the two buffers (engine.h), so a chunk's copy-in
 // never waits for peers still gathering the previous one. Slice r is reduced
 // by rank r alone and copied by everyone, so all ranks get the same bits.
+// From Config::shm_async_min_bytes on it runs on the engine's op queue
+// (shm_common.h): launch returns at once.
 #include <cstring>
 #include <vector>
 
@@ -24,7 +26,8 @@ namespace {
 
 class AllreduceShmTwoshot final : public ShmAlgorithm {
  public:
-  using ShmAlgorithm::ShmAlgorithm;
+  AllreduceShmTwoshot(ShmTopology topology, int64_t async_min_bytes)
+      : ShmAlgorithm(std::move(topology)), async_min_bytes_(async_min_bytes) {}
 
   const char* name() const override {
     return "allreduce_shm_twoshot";
@@ -38,7 +41,8 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
     const size_t total = r.total, element = r.element;
-    return shm_run(engine, c, shm_describe(c, total, total, -1), [&]() {
+    // By value: the body may run after launch returned (the tensor stays alive with the queued collective).
+    auto body = [&engine, r, total, element]() {
       const int n = engine.local_size(), me = engine.local_rank();
       const size_t chunk = engine.slot_bytes() / element * element;
       std::vector<const void*> slices(n);
@@ -63,14 +67,20 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
         }
         offset += len;
       } while (offset < total);
-    });
+    };
+    const shm::OpDescriptor descriptor = shm_describe(c, total, total, -1);
+    if (runs_async(async_min_bytes_, total)) return shm_run_async(engine, c, descriptor, body);
+    return shm_run(engine, c, descriptor, body);
   }
+
+ private:
+  int64_t async_min_bytes_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology) {
-  return std::make_unique<AllreduceShmTwoshot>(std::move(topology));
+std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes) {
+  return std::make_unique<AllreduceShmTwoshot>(std::move(topology), async_min_bytes);
 }
 
 }  // namespace fastcomm

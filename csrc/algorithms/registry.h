@@ -17,7 +17,8 @@ class P2pChannels;
 
 // The low-precision all_reduce (Collective::wire): on one host through the
 // segment, elsewhere compressed around an ordinary all_reduce. Registered first.
-std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology);
+// async_min_bytes: Config::shm_async_min_bytes (from this many tensor bytes on, the engine's op queue runs it).
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);
@@ -31,7 +32,7 @@ std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t 
 // Shared memory among the ranks of one host (registered when the whole group is on one host).
 // max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
-std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology);
+std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_reduce_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_allgather_shm(ShmTopology topology);

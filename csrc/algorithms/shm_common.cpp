@@ -33,16 +33,47 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
   return d;
 }
 
-Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
-                 const std::function<void()>& body, std::chrono::milliseconds grace) {
+namespace {
+
+// One engine op, now, on this thread: null, or what stopped it.
+std::exception_ptr run_engine_op(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
+                                 const std::function<void()>& body, std::chrono::milliseconds grace,
+                                 std::chrono::steady_clock::time_point issued) {
   std::lock_guard<std::mutex> one_op_at_a_time(engine.op_mutex());
   try {
-    engine.begin(c.name, descriptor, c.timeout + grace);
+    engine.begin(c.name, descriptor, c.timeout + grace, issued);
     body();
   } catch (...) {
-    return failed(std::current_exception());
+    return std::current_exception();
   }
-  return completed(c.result_tensors());
+  return nullptr;
+}
+
+}  // namespace
+
+Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
+                 const std::function<void()>& body, std::chrono::milliseconds grace) {
+  engine.queue().drain();  // ops issued before this one, queued, go first
+  std::exception_ptr error = run_engine_op(engine, c, descriptor, body, grace, std::chrono::steady_clock::now());
+  return error ? failed(error) : completed(c.result_tensors());
+}
+
+Launched shm_run_async(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
+                       std::function<void()> body) {
+  if (engine.queue().on_queue_thread()) return shm_run(engine, c, descriptor, body);
+  Launched launched = pending();
+  launched.self_timed = true;
+  // The engine outlives its queued jobs (op_queue.h), so the job may hold it by reference.
+  const auto issued = std::chrono::steady_clock::now();
+  engine.queue().push([&engine, c, descriptor, body = std::move(body), future = launched.future, issued]() {
+    std::exception_ptr error = run_engine_op(engine, c, descriptor, body, std::chrono::milliseconds(0), issued);
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(c.result_tensors()));
+    }
+  });
+  return launched;
 }
 
 void alltoall_blocks(const at::Tensor& t, const std::vector<int64_t>& splits, int n, std::vector<uint64_t>& offsets,

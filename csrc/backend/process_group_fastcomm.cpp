@@ -45,7 +45,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // The low-precision all_reduce comes first: it is the only collective with
   // a wire format, which no later algorithm looks at.
   const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
-  if (topology.single_host()) dispatcher_.add(make_allreduce_low_precision_shm(topology));
+  if (topology.single_host()) dispatcher_.add(make_allreduce_low_precision_shm(topology, config_.shm_async_min_bytes));
   dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective
   dispatcher_.add(make_contiguous_staging());
   dispatcher_.add(make_coalesced_via_flat_buffer(size));
@@ -55,7 +55,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_reinterpret_dtype());
   if (topology.single_host()) {
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
-    dispatcher_.add(make_allreduce_shm_twoshot(topology));
+    dispatcher_.add(make_allreduce_shm_twoshot(topology, config_.shm_async_min_bytes));
     dispatcher_.add(make_broadcast_shm(topology));
     dispatcher_.add(make_reduce_shm(topology));
     dispatcher_.add(make_allgather_shm(topology));

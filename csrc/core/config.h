@@ -21,6 +21,7 @@ struct Config {
   bool shm = false;
   int64_t shm_slot_bytes = 0;
   int64_t shm_oneshot_max_bytes = 0;
+  int64_t shm_async_min_bytes = 0;
   int64_t pipeline_piece_bytes = 0;
   int64_t p2p_single_copy_bytes = 0;
   int64_t ranks_per_host = 0;

@@ -73,6 +73,8 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096"),
     ("FASTCOMM_P2P_SINGLE_COPY_BYTES", "p2p_single_copy_bytes", 64 << 10, 0, "-1",
      "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."),
+    ("FASTCOMM_SHM_ASYNC_MIN_BYTES", "shm_async_min_bytes", 1 << 20, 0, "1.5",
+     "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
     monkeypatch.delenv(name, raising=False)
@@ -116,7 +118,7 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))

@@ -51,14 +51,15 @@ Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int
   segment_->control(local_rank_)->pid = static_cast<int32_t>(::getpid());
 }
 
-void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout) {
+void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout,
+                   std::chrono::steady_clock::time_point issued) {
   op_ = op;
   if (!broken_.empty()) FC_THROW_BACKEND_ERROR(op, "the shared-memory engine of this group failed earlier: ", broken_);
   descriptor.op_index = op_index_++;
   descriptor_ = descriptor;
   descriptor_pending_ = true;
   timeout_ = timeout;
-  deadline_ = std::chrono::steady_clock::now() + timeout;
+  deadline_ = issued + timeout;
   next_pid_check_ = std::chrono::steady_clock::now() + kPidCheckInterval;
 }
 

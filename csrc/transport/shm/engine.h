@@ -24,8 +24,9 @@
 // whether a missing peer left the group (leave()) and whether peer processes
 // still exist.
 //
-// Thread-safety: one op at a time (the backend runs shm algorithms on the
-// calling thread, in the order collectives are issued).
+// Thread-safety: one op at a time (op_mutex()); ops run on the calling thread
+// or on the engine's op queue (queue(), op_queue.h), in the order collectives
+// are issued (algorithms/shm_common.h).
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/op_queue.h"
 #include "transport/shm/segment.h"
 
 namespace fastcomm::shm {
@@ -77,10 +79,12 @@ class Engine {
     return check_pids_;
   }
 
-  // Starts an op named `op` (for messages) that must finish within `timeout`.
-  // Throws DistBackendError if an earlier op failed in a way that left the
-  // ranks out of step (timeout, dead peer).
-  void begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout);
+  // Starts an op named `op` (for messages) that must finish within `timeout`
+  // of `issued` (when it was called: an op that waited on the op queue has
+  // less left). Throws DistBackendError if an earlier op failed in a way that
+  // left the ranks out of step (timeout, dead peer).
+  void begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout,
+             std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now());
   // Moves to the other buffer for the next chunk; the first call of an op also
   // writes its descriptor.
   void start_use();
@@ -113,6 +117,11 @@ class Engine {
   // across ranks is still the caller's business; a mismatch raises).
   std::mutex& op_mutex() {
     return op_mutex_;
+  }
+
+  // The ops that run off their caller's thread, in issue order (op_queue.h).
+  OpQueue& queue() {
+    return queue_;
   }
 
   // Rounds posted so far (tests and introspection).
@@ -155,6 +164,8 @@ class Engine {
   std::chrono::steady_clock::time_point next_pid_check_;
   std::string broken_;  // why the engine can no longer be used (empty: usable)
   std::mutex op_mutex_;
+  // Last member: destroyed first, it runs the queued ops while the segment is still mapped.
+  OpQueue queue_;
 };
 
 }  // namespace fastcomm::shm
