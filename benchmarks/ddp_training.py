@@ -12,7 +12,9 @@ communication matters, at small batches, in these configurations:
 
 All configurations start from the same weights and see the same batches; each
 is timed in alternating rounds (fastcomm/bench/harness.py: noise hits all
-alike), median step time of the slowest rank. "comm share" is the part of a
+alike), median step time of the slowest rank. Denormals are flushed to zero
+(torch.set_flush_denormal), as CPU training should: otherwise step times
+drift with the weights. "comm share" is the part of a
 step that communication adds: 1 - t(local step) / t(step), where the local
 step is the same step under DDP's no_sync() (no communication at all).
 
@@ -120,6 +122,10 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(args.threads)
+    # Denormal arithmetic is slow on x86 and its share grows as the weights
+    # drift (measured: the GPT's step went from 0.27 to 0.9 s within 10 steps),
+    # which would time each configuration's model at a different state.
+    torch.set_flush_denormal(True)
     dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
                             timeout=datetime.timedelta(seconds=600))
     gloo = dist.new_group(backend="gloo")
