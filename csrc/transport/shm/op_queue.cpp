@@ -34,7 +34,6 @@ void OpQueue::push(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->jobs.push_back(std::move(job));
-    ++state_->pushed;
     if (!thread_.joinable()) {
       thread_ = std::thread([state = state_] { loop(state); });
       state_->thread_id = thread_.get_id();
@@ -52,11 +51,6 @@ void OpQueue::drain() {
 bool OpQueue::on_queue_thread() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return std::this_thread::get_id() == state_->thread_id;
-}
-
-uint64_t OpQueue::pushed() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->pushed;
 }
 
 void OpQueue::loop(const std::shared_ptr<State>& state) {

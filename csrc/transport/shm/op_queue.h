@@ -39,8 +39,6 @@ class OpQueue {
   void drain();
   // True on the queue's thread (inside a job).
   bool on_queue_thread() const;
-  // Jobs pushed so far (tests and introspection).
-  uint64_t pushed() const;
 
  private:
   // Shared with the thread, so that a thread detached by a destructor that ran
@@ -52,7 +50,6 @@ class OpQueue {
     std::deque<std::function<void()>> jobs;
     bool running_job = false;
     bool stop = false;
-    uint64_t pushed = 0;
     std::thread::id thread_id;
   };
   static void loop(const std::shared_ptr<State>& state);
