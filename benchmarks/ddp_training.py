@@ -6,7 +6,8 @@ communication matters, at small batches, in these configurations:
 
   gloo             DDP on a Gloo group (torch's default CPU backend)
   gloo+fp16        the same with torch's fp16_compress_hook
-  fastcomm         DDP on the fastcomm group
+  fastcomm         DDP on the fastcomm group (buckets in its shared-memory arena,
+                   DDP_DISABLE_COMM_MEM=0, unless --no-arena)
   fastcomm+fp16    fastcomm.hooks fp16 (the engine's low-precision all_reduce)
   fastcomm+powersgd  fastcomm.hooks powersgd (rank 4)
 
@@ -102,13 +103,13 @@ def _transformer_task(scale: float, rank: int):
 TASKS = {"cnn": _cnn_task, "transformer": _transformer_task}
 
 
-def _ddp(config: str, model_factory, fastcomm_group, gloo_group):
+def _ddp(config: str, model_factory, fastcomm_group, gloo_group, bucket_view: bool):
     """DDP of a fresh copy of the model (same weights everywhere) for one configuration."""
     import fastcomm.hooks
 
     torch.manual_seed(0)
     group = gloo_group if config.startswith("gloo") else fastcomm_group
-    ddp = DDP(model_factory(), process_group=group)
+    ddp = DDP(model_factory(), process_group=group, gradient_as_bucket_view=bucket_view)
     if config == "gloo+fp16":
         ddp.register_comm_hook(gloo_group, default_hooks.fp16_compress_hook)
     elif config == "fastcomm+fp16":
@@ -126,6 +127,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     # drift (measured: the GPT's step went from 0.27 to 0.9 s within 10 steps),
     # which would time each configuration's model at a different state.
     torch.set_flush_denormal(True)
+    # torch's switch for buckets in the backend's memory (read whenever DDP lays
+    # out its buckets); Gloo has no such memory, so only fastcomm's DDP uses it.
+    os.environ["DDP_DISABLE_COMM_MEM"] = "1" if args.no_arena else "0"
     dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
                             timeout=datetime.timedelta(seconds=600))
     gloo = dist.new_group(backend="gloo")
@@ -139,7 +143,7 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
         params = sum(p.numel() for p in factory().parameters())
         steps = {}
         for config in args.configs:
-            ddp = _ddp(config, factory, None, gloo)
+            ddp = _ddp(config, factory, None, gloo, args.bucket_view)
             optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
             def step(ddp=ddp, optimizer=optimizer):
@@ -165,7 +169,8 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
 
 def report(rows, args) -> str:
     lines = [f"# DDP training steps, {args.nproc} ranks x {args.threads} thread(s), CPU; median of {args.rounds}"
-             " alternating rounds, slowest rank",
+             f" alternating rounds, slowest rank; fastcomm buckets {'ordinary' if args.no_arena else 'in the arena'}"
+             f"{', gradient_as_bucket_view' if args.bucket_view else ''}",
              "# comm share = 1 - local step / step (local: the same step under no_sync); speedup = gloo step / step"]
     lines.append(f"{'model':<12} {'params':>7} {'config':<18} {'step ms':>8} {'steps/s':>8} {'comm share':>10} {'speedup':>8}")
     for model, params, medians in rows:
@@ -195,6 +200,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="model width factor (1: the sizes above)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--plot", default="ddp_training.svg", help="SVG bar chart to write ('' for none)")
+    p.add_argument("--no-arena", action="store_true", help="fastcomm's DDP buckets in ordinary memory")
+    p.add_argument("--bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True) for every config")
     p.add_argument("--short", action="store_true", help="3 rounds of about 0.6 s per configuration")
     args = p.parse_args(argv)
     if args.short:

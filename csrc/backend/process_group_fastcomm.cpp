@@ -54,6 +54,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
   if (topology.single_host()) {
+    arena_ = std::make_shared<shm::Arena>();
+    dispatcher_.add(make_allreduce_shm_arena(topology, arena_, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology, config_.shm_async_min_bytes));
     dispatcher_.add(make_broadcast_shm(topology));
@@ -84,6 +86,24 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo));
   if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl));
   init();
+}
+
+bool ProcessGroupFastcomm::supportsTensorAlloc(c10::DeviceIndex device_index) {
+  return arena_ != nullptr && device_index < 0;  // CPU (index -1) on a group that has an arena
+}
+
+at::Tensor ProcessGroupFastcomm::allocateTensor(long size, at::TensorOptions options) {
+  FC_CHECK(arena_, "allocate_tensor",
+           "this group has no shared-memory arena (its ranks are not all on one host, or the engine is off)");
+  FC_CHECK(!options.has_device() || options.device().is_cpu(), "allocate_tensor", "arena tensors are CPU tensors, got ",
+           options.device());
+  FC_CHECK(size >= 0, "allocate_tensor", "size must be non-negative, got ", size);
+  options = options.device(c10::kCPU);
+  const size_t bytes = static_cast<size_t>(size) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  std::shared_ptr<shm::Arena::Block> block = arena_->allocate(bytes);
+  void* data = block->base;
+  // The tensor holds the block: its memory is unmapped when the tensor (and every view) is gone.
+  return at::from_blob(data, {size}, [block](void*) mutable { block.reset(); }, options);
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFastcomm::getBackendOptions() {

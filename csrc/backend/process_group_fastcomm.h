@@ -20,6 +20,7 @@
 #include "algorithms/dispatcher.h"
 #include "core/collective.h"
 #include "core/config.h"
+#include "transport/shm/arena.h"
 #include "transport/shm/engine.h"
 #include "transport/shm/p2p_channels.h"
 
@@ -100,6 +101,12 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // Tensors in this rank's shared-memory arena (transport/shm/arena.h), which
+  // all_reduce reads in place on the host's other ranks. DDP allocates its
+  // buckets here when DDP_DISABLE_COMM_MEM=0. CPU only; groups on one host.
+  bool supportsTensorAlloc(c10::DeviceIndex device_index) override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
+
   // Introspection for tests and benchmarks.
   const Dispatcher& dispatcher() const {
     return dispatcher_;
@@ -113,6 +120,9 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   const std::shared_ptr<shm::P2pChannels>& p2p() const {
     return p2p_;
   }
+  const std::shared_ptr<shm::Arena>& arena() const {
+    return arena_;
+  }
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load());
   }
@@ -125,6 +135,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   const Config config_;
   const Transports transports_;
   std::shared_ptr<shm::P2pChannels> p2p_;  // single-host groups: send/recv through shared memory
+  std::shared_ptr<shm::Arena> arena_;      // single-host groups: allocateTensor's memory
   Dispatcher dispatcher_;
   std::atomic<uint64_t> sequence_number_{0};      // collectives
   std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv

@@ -116,6 +116,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "Shared-memory send/recv of this rank (None when the group has none): messages sent, those the "
           "receiver read in one copy, and single-copy reads this rank's receives were refused.")
       .def(
+          "allocate_tensor",
+          [](ProcessGroupFastcomm& pg, int64_t numel, at::ScalarType dtype) {
+            return pg.allocateTensor(numel, at::TensorOptions().dtype(dtype));
+          },
+          py::arg("numel"), py::arg("dtype") = at::kFloat,
+          "A 1-D CPU tensor of `numel` zeros in this rank's shared-memory arena (groups on one host): all_reduce "
+          "reads it in place on the other ranks when every rank passes one (allreduce_shm_arena).")
+      .def(
+          "arena_stats",
+          [](const ProcessGroupFastcomm& pg) -> py::object {
+            if (!pg.arena()) return py::none();
+            py::dict d;
+            d["blocks"] = pg.arena()->live_blocks();
+            d["peer_mappings"] = pg.arena()->peer_mappings();
+            return d;
+          },
+          "This rank's arena (None when the group has none): its live blocks, and peers' blocks it maps.")
+      .def(
           "all_reduce_low_precision",
           [](ProcessGroupFastcomm& pg, const at::Tensor& tensor, at::ScalarType dtype, double scale, double limit,
              std::optional<at::Tensor> clamped) {

@@ -30,7 +30,8 @@ std::string describe(const OpDescriptor& d) {
                   d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
                   " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
                   d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
-                  d.root >= 0 ? c10::str(", root ", d.root) : std::string(), ")");
+                  d.root >= 0 ? c10::str(", root ", d.root) : std::string(),
+                  d.root == kRootArena ? ", arena tensor" : "", ")");
 }
 
 Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin,

@@ -27,6 +27,10 @@ constexpr size_t kSlotAlignment = 4096;
 constexpr int kBuffers = 2;  // uses of the data buffers alternate (see engine.h)
 
 // What each rank says about the op it is running, so peers can compare.
+// OpDescriptor::root of an all_reduce whose tensors live in the ranks' arenas
+// (arena.h): that protocol must not meet another on the same op.
+constexpr int32_t kRootArena = -2;
+
 struct OpDescriptor {
   uint64_t op_index;    // how many engine ops this rank ran before this one
   int32_t type;         // c10d::OpType

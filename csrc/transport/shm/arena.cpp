@@ -1,0 +1,106 @@
+#include "transport/shm/arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+namespace fastcomm::shm {
+
+namespace {
+
+size_t whole_pages(size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+}  // namespace
+
+Arena::Block::~Block() {
+  if (base) ::munmap(base, bytes);
+  if (fd >= 0) ::close(fd);
+}
+
+Arena::PeerMapping::~PeerMapping() {
+  if (base) ::munmap(base, bytes);
+}
+
+std::shared_ptr<Arena::Block> Arena::allocate(size_t bytes) {
+  auto block = std::make_shared<Block>();
+  block->bytes = whole_pages(bytes);
+  block->fd = ::memfd_create("fastcomm-arena", MFD_CLOEXEC);
+  TORCH_CHECK(block->fd >= 0, "fastcomm allocate_tensor: memfd_create failed: ", std::strerror(errno));
+  TORCH_CHECK(::ftruncate(block->fd, static_cast<off_t>(block->bytes)) == 0, "fastcomm allocate_tensor: ftruncate to ",
+              block->bytes, " bytes failed (is shared memory full?): ", std::strerror(errno));
+  void* base = ::mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->fd, 0);
+  TORCH_CHECK(base != MAP_FAILED, "fastcomm allocate_tensor: mmap of ", block->bytes, " bytes failed: ",
+              std::strerror(errno));
+  block->base = base;
+  std::lock_guard<std::mutex> lock(mutex_);
+  block->serial = next_serial_++;
+  for (auto it = blocks_.begin(); it != blocks_.end();) it = it->second.expired() ? blocks_.erase(it) : std::next(it);
+  blocks_[reinterpret_cast<uintptr_t>(base)] = block;
+  return block;
+}
+
+std::optional<std::pair<BlockRef, size_t>> Arena::find(const void* ptr, size_t bytes) const {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blocks_.upper_bound(address);
+  if (it == blocks_.begin()) return std::nullopt;
+  --it;
+  const std::shared_ptr<Block> block = it->second.lock();
+  if (!block || address + bytes > it->first + block->bytes) return std::nullopt;
+  const BlockRef ref{static_cast<int32_t>(::getpid()), block->fd, block->serial, block->bytes};
+  return std::make_pair(ref, static_cast<size_t>(address - it->first));
+}
+
+const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    it = op - it->second->last_op > kPeerMappingIdleOps ? peers_.erase(it) : std::next(it);
+  }
+  std::unique_ptr<PeerMapping>& mapping = peers_[{local_rank, ref.serial}];
+  if (!mapping) {
+    const std::string name = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
+    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      peers_.erase({local_rank, ref.serial});
+      TORCH_CHECK(false, "cannot open local rank ", local_rank, "'s arena block ", name, ": ", std::strerror(errno));
+    }
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == ref.bytes;
+    void* base = sized ? ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    ::close(fd);
+    if (base == MAP_FAILED) {
+      peers_.erase({local_rank, ref.serial});
+      TORCH_CHECK(false, "cannot map local rank ", local_rank, "'s arena block ", name, " (", ref.bytes, " bytes)",
+                  sized ? ": " : ": its size differs", sized ? std::strerror(errno) : "");
+    }
+    mapping = std::make_unique<PeerMapping>();
+    mapping->base = base;
+    mapping->bytes = ref.bytes;
+  }
+  mapping->last_op = op;
+  return static_cast<const char*>(mapping->base);
+}
+
+size_t Arena::live_blocks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = 0;
+  for (const auto& [address, block] : blocks_) n += !block.expired();
+  return n;
+}
+
+size_t Arena::peer_mappings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peers_.size();
+}
+
+}  // namespace fastcomm::shm

@@ -1,0 +1,74 @@
+// Shared-memory blocks of one rank of a group: the memory behind the backend's
+// allocateTensor (DDP's gradient buckets when DDP_DISABLE_COMM_MEM=0), which
+// the host's other ranks read in place (algorithms/allreduce_shm_arena.cpp:
+// no copy into the segment, none out of it).
+//
+// Each block is an anonymous memory file (memfd) of its own, mapped here and,
+// on first use in a collective, read-only by each peer through
+// /proc/<pid>/fd/<fd> (as the segment is; peers open it while the owner's
+// tensor is alive and in that very collective, so the descriptor names that
+// block). A block's memory is freed when its tensor is gone and no peer maps it
+// any longer: peers drop a mapping unused for kPeerMappingIdleOps arena
+// collectives, and all of them with the group. Nothing has a name anywhere,
+// so a crash leaves nothing behind.
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+namespace fastcomm::shm {
+
+// What a peer needs to map a block (written into the owner's slot per op).
+struct BlockRef {
+  int32_t pid;
+  int32_t fd;
+  uint64_t serial;  // unique among the owner's blocks: the peers' cache key
+  uint64_t bytes;
+};
+
+class Arena {
+ public:
+  // One block: unmapped and closed when the last holder lets go.
+  struct Block {
+    void* base = nullptr;
+    size_t bytes = 0;
+    int fd = -1;
+    uint64_t serial = 0;
+    ~Block();
+  };
+
+  // A zero-filled block of at least `bytes` (whole pages).
+  std::shared_ptr<Block> allocate(size_t bytes);
+  // The live block of this rank holding [ptr, ptr + bytes), and ptr's offset in it.
+  std::optional<std::pair<BlockRef, size_t>> find(const void* ptr, size_t bytes) const;
+  // Peer `local_rank`'s block `ref`, mapped read-only (cached). `op` counts the
+  // caller's arena collectives: mappings idle for kPeerMappingIdleOps are dropped.
+  const char* peer_block(int local_rank, const BlockRef& ref, uint64_t op);
+  // Live blocks of this rank, and peers' blocks mapped here (tests, stats).
+  size_t live_blocks() const;
+  size_t peer_mappings() const;
+
+  static constexpr uint64_t kPeerMappingIdleOps = 64;
+
+ private:
+  struct PeerMapping {
+    void* base = nullptr;
+    size_t bytes = 0;
+    uint64_t last_op = 0;
+    ~PeerMapping();
+  };
+
+  mutable std::mutex mutex_;
+  uint64_t next_serial_ = 1;
+  std::map<uintptr_t, std::weak_ptr<Block>> blocks_;                            // by base address
+  std::map<std::pair<int, uint64_t>, std::unique_ptr<PeerMapping>> peers_;  // by (local rank, serial)
+};
+
+}  // namespace fastcomm::shm

@@ -1,0 +1,135 @@
+"""The shared-memory arena (backend.allocate_tensor / allocateTensor): all_reduce of
+arena tensors read in place (allreduce_shm_arena) exact against references, DDP's
+buckets in the arena with DDP_DISABLE_COMM_MEM=0 and the same gradients as without,
+memory returned, a rank without an arena tensor refused on every rank."""
+from __future__ import annotations
+
+import gc
+import os
+import re
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import fastcomm
+from reference import R, assert_equal, rank_input, reduce_reference
+
+
+def _arena_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("fastcomm-arena" in line for line in f)
+
+
+def all_reduce_in_place(rank, world_size):
+    """Every reducible dtype the engine computes, SUM and MAX, sizes from 1 to
+    several MiB (not multiples of the rank count), a view inside an arena
+    tensor too: exact, through allreduce_shm_arena."""
+    backend = fastcomm.fastcomm_backend()
+    before = backend.algorithm_counts().get("allreduce_shm_arena", 0)
+    calls = 0
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8):
+        for numel in (1, 5, 300_001):
+            for op in (R.SUM, R.MAX):
+                everyone = [rank_input(r, (numel,), dtype, salt=numel) for r in range(world_size)]
+                t = backend.allocate_tensor(numel, dtype)
+                t.copy_(everyone[rank])
+                dist.all_reduce(t, op=op)
+                assert_equal(t, reduce_reference(everyone, op, dtype), f"arena all_reduce {dtype} {op} x{numel}")
+                calls += 1
+    big = backend.allocate_tensor(1_000_003)
+    view = big[7:700_007]
+    view.copy_(rank_input(rank, (700_000,), torch.float32))
+    dist.all_reduce(view)
+    want = reduce_reference([rank_input(r, (700_000,), torch.float32) for r in range(world_size)], R.SUM, torch.float32)
+    assert_equal(view, want, "arena view")
+    assert torch.count_nonzero(big[:7]) == 0 and torch.count_nonzero(big[700_007:]) == 0
+    assert backend.algorithm_counts()["allreduce_shm_arena"] == before + calls + 1
+
+
+def ddp_buckets_in_arena(rank, world_size):
+    """DDP_DISABLE_COMM_MEM=0 (torch's switch, read when DDP builds its
+    buckets): every bucket is an arena tensor, every all_reduce reads in place,
+    and the gradients equal DDP's without the arena bit for bit."""
+    backend = fastcomm.fastcomm_backend()
+
+    def train(comm_mem: bool):
+        os.environ["DDP_DISABLE_COMM_MEM"] = "0" if comm_mem else "1"
+        try:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 8))
+            ddp = DDP(model, bucket_cap_mb=1)
+            g = torch.Generator().manual_seed(rank)
+            for _ in range(3):  # DDP rebuilds its buckets after the first step
+                ddp.zero_grad()
+                ddp(torch.randn(4, 64, generator=g)).square().sum().backward()
+            return ddp, [p.grad.clone() for p in model.parameters()]
+        finally:
+            del os.environ["DDP_DISABLE_COMM_MEM"]
+
+    _, plain = train(False)
+    blocks = backend.arena_stats()["blocks"]
+    before = backend.algorithm_counts().get("allreduce_shm_arena", 0)
+    ddp, with_arena = train(True)
+    buckets = backend.arena_stats()["blocks"] - blocks
+    assert buckets >= 2, buckets
+    used = backend.algorithm_counts()["allreduce_shm_arena"] - before
+    assert used >= 1 + 2 * buckets, (used, buckets)  # every bucket of every step (step 1: DDP's first layout)
+    for a, b in zip(plain, with_arena):
+        assert torch.equal(a, b)
+    del ddp
+    gc.collect()
+    assert backend.arena_stats()["blocks"] == blocks  # the buckets' blocks went with the model
+
+
+def memory_returned_with_group(rank, world_size):
+    """Arena tensors of a subgroup: their blocks go with the tensors, the
+    peers' mappings with the group; /proc/self/maps has no arena mapping left."""
+    gc.collect()
+    before = _arena_mappings()
+    group = dist.new_group(list(range(world_size)))
+    backend = group._get_backend(torch.device("cpu"))
+    t = backend.allocate_tensor(1 << 20)
+    t.fill_(rank)
+    dist.all_reduce(t, group=group)
+    assert torch.equal(t, torch.full((1 << 20,), float(world_size * (world_size - 1) // 2)))
+    assert backend.arena_stats() == {"blocks": 1, "peer_mappings": world_size - 1}
+    assert _arena_mappings() == before + world_size
+    del t
+    gc.collect()
+    assert backend.arena_stats()["blocks"] == 0
+    dist.barrier(group=group)  # no peer reads this rank's block any more
+    dist.destroy_process_group(group)
+    del group, backend
+    gc.collect()
+    assert _arena_mappings() == before, (before, _arena_mappings())
+
+
+def arena_on_some_ranks_only(rank, world_size):
+    """Rank 0 passes an arena tensor, the others an ordinary one: every rank
+    raises a clear error, and the group works afterwards."""
+    backend = fastcomm.fastcomm_backend()
+    t = backend.allocate_tensor(1000) if rank == 0 else torch.zeros(1000)
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        assert re.search(r"fastcomm all_reduce: ranks disagree on the collective: .*arena tensor", str(e)), str(e)
+    else:
+        raise AssertionError("no error")
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.full((3,), float(world_size)))
+
+
+def no_arena_off_one_host(rank, world_size):
+    """Groups that span hosts (or have the engine off) have no arena: torch's
+    question says so, and asking anyway is a clear error."""
+    backend = fastcomm.fastcomm_backend()
+    assert backend.arena_stats() is None
+    try:
+        backend.allocate_tensor(10)
+    except RuntimeError as e:
+        assert "fastcomm allocate_tensor: this group has no shared-memory arena" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
