@@ -107,3 +107,14 @@ def test_ddp_training_prints_every_configuration_and_a_plot(tmp_path):
     assert all(float(r[2]) > 0 for r in rows) and [float(r[5]) for r in rows][0] == 1.0, out.stdout
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<rect") >= 2 * 6 + 6, svg[:200]
+
+
+def test_arena_vs_ordinary_prints_a_row_per_size():
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "arena_vs_ordinary.py"), "--nproc", "3", "--sizes", "8,4K",
+         "--seconds", "0.02", "--rounds", "1", "--warmup", "1"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s", out.stdout, re.M)
+    assert [int(r[0]) for r in rows] == [8, 4096] and all(float(x) > 0 for r in rows for x in r[1:]), out.stdout
