@@ -11,7 +11,9 @@ communication matters, at small batches, in these configurations:
   fastcomm+fp16    fastcomm.hooks fp16 (the engine's low-precision all_reduce)
   fastcomm+powersgd  fastcomm.hooks powersgd (rank 4)
 
-All configurations start from the same weights and see the same batches; each
+Every configuration uses DDP(gradient_as_bucket_view=True) (the gradients are
+views of the buckets: no copy into them and back; --no-bucket-view for DDP's
+default), starts from the same weights and sees the same batches; each
 is timed in alternating rounds (fastcomm/bench/harness.py: noise hits all
 alike), median step time of the slowest rank. Denormals are flushed to zero
 (torch.set_flush_denormal), as CPU training should: otherwise step times
@@ -143,7 +145,7 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
         params = sum(p.numel() for p in factory().parameters())
         steps = {}
         for config in args.configs:
-            ddp = _ddp(config, factory, None, gloo, args.bucket_view)
+            ddp = _ddp(config, factory, None, gloo, not args.no_bucket_view)
             optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
             def step(ddp=ddp, optimizer=optimizer):
@@ -170,7 +172,7 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
 def report(rows, args) -> str:
     lines = [f"# DDP training steps, {args.nproc} ranks x {args.threads} thread(s), CPU; median of {args.rounds}"
              f" alternating rounds, slowest rank; fastcomm buckets {'ordinary' if args.no_arena else 'in the arena'}"
-             f"{', gradient_as_bucket_view' if args.bucket_view else ''}",
+             f"; gradient_as_bucket_view={not args.no_bucket_view}",
              "# comm share = 1 - local step / step (local: the same step under no_sync); speedup = gloo step / step"]
     lines.append(f"{'model':<12} {'params':>7} {'config':<18} {'step ms':>8} {'steps/s':>8} {'comm share':>10} {'speedup':>8}")
     for model, params, medians in rows:
@@ -201,7 +203,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--plot", default="ddp_training.svg", help="SVG bar chart to write ('' for none)")
     p.add_argument("--no-arena", action="store_true", help="fastcomm's DDP buckets in ordinary memory")
-    p.add_argument("--bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True) for every config")
+    p.add_argument("--no-bucket-view", action="store_true",
+                   help="DDP(gradient_as_bucket_view=False), DDP's default, for every config (default here: True)")
     p.add_argument("--short", action="store_true", help="3 rounds of about 0.6 s per configuration")
     args = p.parse_args(argv)
     if args.short:

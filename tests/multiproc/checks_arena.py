@@ -25,7 +25,8 @@ def _arena_mappings() -> int:
 def all_reduce_in_place(rank, world_size):
     """Every reducible dtype the engine computes, SUM and MAX, sizes from 1 to
     several MiB (not multiples of the rank count), a view inside an arena
-    tensor too: exact, through allreduce_shm_arena."""
+    tensor too: exact; through allreduce_shm_arena above one-shot's limit
+    (FASTCOMM_SHM_ONESHOT_MAX_BYTES: S * (P-1)^2 <= 128 KiB stays one-shot)."""
     backend = fastcomm.fastcomm_backend()
     before = backend.algorithm_counts().get("allreduce_shm_arena", 0)
     calls = 0
@@ -37,7 +38,7 @@ def all_reduce_in_place(rank, world_size):
                 t.copy_(everyone[rank])
                 dist.all_reduce(t, op=op)
                 assert_equal(t, reduce_reference(everyone, op, dtype), f"arena all_reduce {dtype} {op} x{numel}")
-                calls += 1
+                calls += t.nbytes * (world_size - 1) ** 2 > 128 << 10
     big = backend.allocate_tensor(1_000_003)
     view = big[7:700_007]
     view.copy_(rank_input(rank, (700_000,), torch.float32))
@@ -110,7 +111,7 @@ def arena_on_some_ranks_only(rank, world_size):
     """Rank 0 passes an arena tensor, the others an ordinary one: every rank
     raises a clear error, and the group works afterwards."""
     backend = fastcomm.fastcomm_backend()
-    t = backend.allocate_tensor(1000) if rank == 0 else torch.zeros(1000)
+    t = backend.allocate_tensor(100_000) if rank == 0 else torch.zeros(100_000)  # above one-shot's limit
     try:
         dist.all_reduce(t)
     except RuntimeError as e:
