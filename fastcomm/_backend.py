@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
 
 from fastcomm import _C, _shm
 from fastcomm._gloo import make_gloo
-from fastcomm._options import Options, read_options
+from fastcomm._options import Options, read_options, resolve_async_min_bytes
 
 BACKEND_NAME = "fastcomm"
 
@@ -41,6 +42,9 @@ def make_config(options: Options, plan: _shm.ShmPlan, cuda_unavailable_reason: s
     config = _C.Config()
     for field in dataclasses.fields(options):
         setattr(config, field.name, getattr(options, field.name))
+    local_ranks = plan.engine.local_size if plan.engine is not None else 1
+    config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks,
+                                                         len(os.sched_getaffinity(0)))
     config.host_of_rank = plan.host_of_rank
     config.cuda_unavailable_reason = cuda_unavailable_reason
     return config

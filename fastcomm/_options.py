@@ -23,9 +23,10 @@ class Options:
     # all_reduce on one host of at least this many bytes runs on the group's op
     # queue thread: the call returns at once and its future completes there, so
     # DDP's backward keeps computing while its buckets are summed; smaller ones
-    # run on the calling thread (no hand-over). 0: every one inline.
-    # Measured: docs/algorithms.md.
-    shm_async_min_bytes: int = 1 << 20
+    # run on the calling thread (no hand-over). 0: every one inline. -1 (unset):
+    # 1 MiB where the host has two cores per local rank (the thread has a core
+    # to run on), else 0 (resolve_async_min_bytes). Measured: docs/algorithms.md.
+    shm_async_min_bytes: int = -1
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
@@ -66,6 +67,15 @@ def _flag(name: str, default: bool) -> bool:
     return raw == "1"
 
 
+def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
+    """FASTCOMM_SHM_ASYNC_MIN_BYTES as given, or its automatic value (-1): the op
+    queue only where each local rank has a second core for its thread (with one
+    core per rank it measured no faster, and a blocking call pays the hand-over)."""
+    if value >= 0:
+        return value
+    return 1 << 20 if cores >= 2 * local_ranks else 0
+
+
 def _interfaces() -> str:
     """FASTCOMM_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME: names that this host's interfaces have."""
     for name in ("FASTCOMM_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
@@ -92,7 +102,7 @@ def read_options() -> Options:
         shm=_flag("FASTCOMM_SHM", Options.shm),
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
-        shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),
+        shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),  # -1: auto
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),

@@ -1,5 +1,5 @@
 """Large all_reduce on one host runs on the engine's op queue (FASTCOMM_SHM_ASYNC_MIN_BYTES,
-default 1 MiB): the call returns before peers arrive, the engine still runs every op in
+set to 1 MiB for these checks): the call returns before peers arrive, the engine still runs every op in
 issue order (queued ones, inline ones after them, and ones issued by a queued op's
 callback), and the queue's thread ends with the group."""
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096"),
     ("FASTCOMM_P2P_SINGLE_COPY_BYTES", "p2p_single_copy_bytes", 64 << 10, 0, "-1",
      "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."),
-    ("FASTCOMM_SHM_ASYNC_MIN_BYTES", "shm_async_min_bytes", 1 << 20, 0, "1.5",
+    ("FASTCOMM_SHM_ASYNC_MIN_BYTES", "shm_async_min_bytes", -1, 0, "1.5",
      "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
@@ -127,6 +127,18 @@ def test_config_carries_every_option_and_the_host_plan():
         assert getattr(config, field.name) == getattr(options, field.name), field.name
     assert config.host_of_rank == [0, 0, 1]
     assert config.cuda_unavailable_reason == "no CUDA device is visible"
+
+
+def test_async_threshold_is_automatic_unless_given():
+    """-1 (unset): the op queue from 1 MiB where the host has two cores per
+    local rank, else none; a given value (0 included) is kept."""
+    from fastcomm._options import resolve_async_min_bytes
+
+    assert resolve_async_min_bytes(-1, local_ranks=2, cores=4) == 1 << 20
+    assert resolve_async_min_bytes(-1, local_ranks=2, cores=3) == 0
+    assert resolve_async_min_bytes(-1, local_ranks=1, cores=2) == 1 << 20
+    assert resolve_async_min_bytes(0, local_ranks=1, cores=64) == 0
+    assert resolve_async_min_bytes(4096, local_ranks=8, cores=2) == 4096
 
 
 def test_single_rank_group_with_explicit_store():
