@@ -79,3 +79,39 @@ def queue_thread_ends_with_group(rank, world_size):
 
     gc.collect()
     assert _threads() == before, (before, _threads())
+
+
+def ddp_on_the_queue(rank, world_size):
+    """DDP whose buckets (up to 4 MiB, in the arena and not) go to the queue
+    while backward goes on: the gradients are the mean of the ranks' local
+    gradients, on every rank alike, for a few steps."""
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    for comm_mem in ("1", "0"):
+        os.environ["DDP_DISABLE_COMM_MEM"] = comm_mem
+        try:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 8))
+            local = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else m
+                                    for m in model])
+            local.load_state_dict(model.state_dict())
+            ddp = DDP(model, bucket_cap_mb=4)
+            g = torch.Generator().manual_seed(rank)
+            for _ in range(3):
+                x = torch.randn(8, 64, generator=g)
+                ddp.zero_grad()
+                local.zero_grad()
+                ddp(x).square().sum().backward()
+                local(x).square().sum().backward()
+                for p_ddp, p_local in zip(model.parameters(), local.parameters()):
+                    everyone = [torch.empty_like(p_local.grad) for _ in range(world_size)]
+                    dist.all_gather(everyone, p_local.grad)
+                    mean = torch.stack([e.double() for e in everyone]).mean(0)
+                    torch.testing.assert_close(p_ddp.grad.double(), mean, rtol=1e-5, atol=1e-6)
+            flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            parts = [torch.empty_like(flat) for _ in range(world_size)]
+            dist.all_gather(parts, flat)
+            assert all(torch.equal(part, flat) for part in parts), "ranks' gradients differ"
+        finally:
+            del os.environ["DDP_DISABLE_COMM_MEM"]

@@ -4,7 +4,8 @@ import pytest
 
 
 @pytest.mark.parametrize("check", [checks.launch_returns_before_peers_arrive, checks.issue_order_holds,
-                                   checks.queue_thread_ends_with_group], ids=lambda c: c.__name__)
+                                   checks.queue_thread_ends_with_group, checks.ddp_on_the_queue],
+                         ids=lambda c: c.__name__)
 def test_op_queue(pool_of, check):
     # The queue on (its automatic default is off on hosts with fewer than two cores per rank).
     for world_size in (2, 3):
