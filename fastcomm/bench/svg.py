@@ -15,7 +15,7 @@ def grouped_bars(title: str, groups: list[tuple[str, list[tuple[str, float]]]], 
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
     bar_w, gap, plot_h, top, left = 34, 40, 260, 50, 20
     group_w = [len(bars) * bar_w for _, bars in groups]
-    width = left + sum(group_w) + gap * len(groups) + 20
+    width = max(left + sum(group_w) + gap * len(groups) + 20, left + 3 * 200)  # the legend's 3 columns fit
     legend_y = top + plot_h + 50
     height = legend_y + 22 * ((len(series) + 2) // 3) + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
