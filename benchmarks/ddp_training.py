@@ -89,29 +89,30 @@ class Gpt(nn.Module):
         return self.norm(h) @ self.tokens.weight.t()
 
 
-def _cnn_task(scale: float, rank: int):
+def _cnn_batch(rank: int):
+    """This rank's images and the loss of the model's output on them."""
     g = torch.Generator().manual_seed(rank)
     x, y = torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 10, (8,), generator=g)
-    return VggNet(scale), lambda out: nn.functional.cross_entropy(out, y), x
+    return x, lambda out: nn.functional.cross_entropy(out, y)
 
 
-def _transformer_task(scale: float, rank: int):
+def _gpt_batch(rank: int):
+    """This rank's tokens and the next-token loss of the model's output on them."""
     g = torch.Generator().manual_seed(rank)
     tokens = torch.randint(0, 8192, (4, 33), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    return Gpt(scale), lambda out: nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)), x
+    return x, lambda out: nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
-TASKS = {"cnn": _cnn_task, "transformer": _transformer_task}
+TASKS = {"cnn": (VggNet, _cnn_batch), "transformer": (Gpt, _gpt_batch)}  # model class (of scale), batch of rank
 
 
-def _ddp(config: str, model_factory, fastcomm_group, gloo_group, bucket_view: bool):
-    """DDP of a fresh copy of the model (same weights everywhere) for one configuration."""
+def _ddp(config: str, model: nn.Module, gloo_group, bucket_view: bool):
+    """DDP of `model` for one configuration (Gloo's group, or the default: fastcomm)."""
     import fastcomm.hooks
 
-    torch.manual_seed(0)
-    group = gloo_group if config.startswith("gloo") else fastcomm_group
-    ddp = DDP(model_factory(), process_group=group, gradient_as_bucket_view=bucket_view)
+    group = gloo_group if config.startswith("gloo") else None
+    ddp = DDP(model, process_group=group, gradient_as_bucket_view=bucket_view)
     if config == "gloo+fp16":
         ddp.register_comm_hook(gloo_group, default_hooks.fp16_compress_hook)
     elif config == "fastcomm+fp16":
@@ -138,14 +139,12 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     control = dist.new_group(backend="gloo")  # timing agreement apart from the groups under test
     rows = []
     for model_name in args.models:
-        def factory():
-            return TASKS[model_name](args.scale, rank)[0]
-
-        _, loss_of, x = TASKS[model_name](args.scale, rank)
-        params = sum(p.numel() for p in factory().parameters())
+        model_class, batch = TASKS[model_name]
+        x, loss_of = batch(rank)
         steps = {}
         for config in args.configs:
-            ddp = _ddp(config, factory, None, gloo, not args.no_bucket_view)
+            torch.manual_seed(0)  # the same weights in every configuration and on every rank
+            ddp = _ddp(config, model_class(args.scale), gloo, not args.no_bucket_view)
             optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
             def step(ddp=ddp, optimizer=optimizer):
@@ -155,6 +154,8 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
 
             steps[config] = step
             if config == args.configs[0]:
+                params = sum(p.numel() for p in ddp.parameters())
+
                 def local_step(ddp=ddp, optimizer=optimizer):
                     with ddp.no_sync():
                         step(ddp, optimizer)
