@@ -5,9 +5,10 @@
 //   write:  each rank copies the P-1 slices it does not own into its slot
 //           ((P-1)/P*S written);
 //   round 1, reduce: rank r reduces slice r of every slot (its own slice read
-//           straight from its tensor) into slice r of its own slot (S read, S/P written);
+//           straight from its tensor) into slice r of its own slot and, block
+//           by block while it is in L1, into its tensor (S read, 2S/P written);
 //   round 2, gather: each rank copies slice q from rank q's slot into its
-//           tensor for every q (S read, S written).
+//           tensor for every q != r ((P-1)/P*S read and written).
 // Chunks alternate between the two buffers (engine.h), so a chunk's copy-in
 // never waits for peers still gathering the previous one. Slice r is reduced
 // by rank r alone and copied by everyone, so all ranks get the same bits.
@@ -18,7 +19,6 @@
 
 #include "algorithms/registry.h"
 #include "algorithms/shm_common.h"
-#include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
 
@@ -58,10 +58,11 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
         copy_bytes(my_slot + mine_end, r.data + offset + mine_end, len - mine_end);
         engine.round();
         for (int q = 0; q < n; ++q) slices[q] = (q == me ? r.data + offset : engine.slot_of(q)) + mine_begin;
-        kernels::reduce(r.dtype, r.kind, slices.data(), n, my_slot + mine_begin,
-                        static_cast<int64_t>((mine_end - mine_begin) / element));
+        reduce_into_both(r.dtype, r.kind, slices.data(), n, my_slot + mine_begin, r.data + offset + mine_begin,
+                         static_cast<int64_t>((mine_end - mine_begin) / element), element);
         engine.round();
         for (int q = 0; q < n; ++q) {
+          if (q == me) continue;  // already in the tensor (reduce_into_both)
           const size_t begin = slice_begin(count, n, q) * element, end = slice_begin(count, n, q + 1) * element;
           copy_bytes(r.data + offset + begin, engine.slot_of(q) + begin, end - begin);
         }

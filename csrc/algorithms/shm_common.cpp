@@ -1,5 +1,9 @@
 #include "algorithms/shm_common.h"
 
+#include <algorithm>
+
+#include "kernels/cpu/reduce.h"
+
 namespace fastcomm {
 
 bool shm_eligible(const Collective& c) {
@@ -74,6 +78,20 @@ Launched shm_run_async(shm::Engine& engine, const Collective& c, const shm::OpDe
     }
   });
   return launched;
+}
+
+void reduce_into_both(c10::ScalarType dtype, ReduceKind kind, const void* const* srcs, int n, void* dst, void* copy,
+                      int64_t count, size_t element) {
+  constexpr size_t kBlockBytes = 16 * 1024;  // a third of a 48 KiB L1d: the block's sources and result stay there
+  const int64_t per_block = std::max<int64_t>(1, static_cast<int64_t>(kBlockBytes / element));
+  std::vector<const void*> block(n);
+  for (int64_t at = 0; at < count; at += per_block) {
+    const int64_t len = std::min(per_block, count - at);
+    const size_t offset = static_cast<size_t>(at) * element;
+    for (int q = 0; q < n; ++q) block[q] = static_cast<const char*>(srcs[q]) + offset;
+    kernels::reduce(dtype, kind, block.data(), n, static_cast<char*>(dst) + offset, len);
+    copy_bytes(static_cast<char*>(copy) + offset, static_cast<char*>(dst) + offset, static_cast<size_t>(len) * element);
+  }
 }
 
 void alltoall_blocks(const at::Tensor& t, const std::vector<int64_t>& splits, int n, std::vector<uint64_t>& offsets,

@@ -125,6 +125,14 @@ inline void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
+// kernels::reduce of `n` sources into `dst` that also leaves the result in
+// `copy` (e.g. a slot peers read and this rank's tensor): block by block, each
+// block copied while it is still in L1, which saves the later pass that would
+// read `dst` back. `copy` may alias a source (a block is copied after it was
+// reduced); `dst` may too, as for kernels::reduce.
+void reduce_into_both(c10::ScalarType dtype, ReduceKind kind, const void* const* srcs, int n, void* dst, void* copy,
+                      int64_t count, size_t element);
+
 inline char* byte_ptr(const at::Tensor& t) {
   return static_cast<char*>(t.data_ptr());
 }

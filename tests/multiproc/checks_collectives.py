@@ -43,6 +43,13 @@ def all_reduce_layouts(rank, world_size):
     dist.all_reduce(big)
     ref = reduce_reference([rank_input(r, (1 << 20,), torch.float32) for r in range(world_size)], R.SUM, torch.float32)
     assert_equal(big, ref, "1M floats")
+    # Several 1 MiB chunks whose slices end mid-block of the fused reduce-and-copy (16 KiB blocks), per element size.
+    for dtype, numel in ((torch.float32, 300_001), (torch.bfloat16, 700_003), (torch.int64, 150_001)):
+        for op in (R.SUM, R.MAX):
+            t = rank_input(rank, (numel,), dtype)
+            dist.all_reduce(t, op=op)
+            ref = reduce_reference([rank_input(r, (numel,), dtype) for r in range(world_size)], op, dtype)
+            assert_equal(t, ref, f"all_reduce {dtype} {op} x{numel}")
 
 
 def all_reduce_async(rank, world_size):
