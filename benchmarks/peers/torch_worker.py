@@ -6,7 +6,9 @@ The same method as mpi_worker.py: in-place float32 SUM all_reduce; each
 sample is the backend's own barrier (untimed) and one timed op; each sample's
 slowest rank is found after the loop. `--api process_group` (default) calls the backend object
 (`group._get_backend(cpu).allreduce([t]).wait()`, no torch wrapper: as thin as
-mpi4py's call), `--api dist` calls dist.all_reduce. The slowest-rank reduce
+mpi4py's call), `--api dist` calls dist.all_reduce, `--api cpp` loops barrier and
+op in C++ (fastcomm._C.bench_samples: no Python between samples, the backend's own cost;
+DeepSpeed's op keeps the Python loop). The slowest-rank reduce
 runs once per size on a separate Gloo group.
 
 `--backend deepspeed`: DeepSpeed 0.19.8's shm all_reduce op
@@ -65,12 +67,18 @@ def _rank(rank: int, args, store_path: str) -> None:
             op = lambda: backend.allreduce([t]).wait()  # noqa: E731
         for _ in range(args.warmup):
             op()
-        mine = torch.zeros(args.iters, dtype=torch.float64)
-        for i in range(args.iters):
-            dist.barrier()
-            t0 = time.perf_counter()
-            op()
-            mine[i] = time.perf_counter() - t0
+        if args.api == "cpp" and not deepspeed:  # barrier and op looped in C++: the backend's own cost
+            mine = torch.tensor(fastcomm._C.bench_samples(backend, "ALLREDUCE", t, t, args.iters), dtype=torch.float64)
+        else:
+            # process_group: the backend object's barrier too, as thin as mpi4py's Barrier
+            barrier = dist.barrier if args.api == "dist" or deepspeed else lambda: backend.barrier().wait()
+            samples = []  # a list, not a tensor: a tensor's item assignment costs ~5 us of Python per sample
+            for _ in range(args.iters):
+                barrier()
+                t0 = time.perf_counter()
+                op()
+                samples.append(time.perf_counter() - t0)
+            mine = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
         out[str(count * 4)] = mine.tolist()
     if rank == 0:
@@ -81,7 +89,7 @@ def _rank(rank: int, args, store_path: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", required=True)
-    p.add_argument("--api", choices=["process_group", "dist"], default="process_group")
+    p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="process_group")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)

@@ -7,8 +7,10 @@
 // fastcomm/bench/collectives.py's table says which name each benchmarked
 // collective uses (its `c10d_op`), so no second table of names lives here.
 #include <chrono>
+#include <vector>
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
 
@@ -86,6 +88,25 @@ void bind_bench_loop(py::module& m) {
       },
       py::arg("backend"), py::arg("c10d_op"), py::arg("input"), py::arg("output"), py::arg("iters"),
       "Seconds per call of the collective c10d calls `c10d_op` (e.g. 'ALLREDUCE') on `backend`, looping in C++.");
+  m.def(
+      "bench_samples",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, const std::string& c10d_op, at::Tensor input,
+         at::Tensor output, int64_t iters) {
+        TORCH_CHECK(iters >= 1, "fastcomm bench_samples: iters must be >= 1, got ", iters);
+        const OpType op = parse_op(c10d_op);
+        std::vector<double> seconds(static_cast<size_t>(iters));
+        py::gil_scoped_release no_gil;
+        for (auto& sample : seconds) {
+          backend->barrier()->wait();  // untimed: every rank starts the op together
+          const auto start = std::chrono::steady_clock::now();
+          launch_once(*backend, op, input, output)->wait();
+          sample = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        return seconds;
+      },
+      py::arg("backend"), py::arg("c10d_op"), py::arg("input"), py::arg("output"), py::arg("iters"),
+      "Seconds of each of `iters` calls of `c10d_op` on `backend`, each after the backend's own barrier "
+      "(untimed), looping in C++: the method of MPI latency benchmarks, per sample.");
 }
 
 }  // namespace fastcomm

@@ -118,3 +118,24 @@ def test_arena_vs_ordinary_prints_a_row_per_size():
     assert out.returncode == 0, out.stdout + out.stderr
     rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s", out.stdout, re.M)
     assert [int(r[0]) for r in rows] == [8, 4096] and all(float(x) > 0 for r in rows for x in r[1:]), out.stdout
+
+
+@pytest.mark.parametrize("api", ["cpp", "process_group"])
+def test_peers_run_prints_median_and_mean_tables(api):
+    """benchmarks/peers/run.py with the libraries CI has (fastcomm, Gloo): both tables, a row per size,
+    Gloo's ratio to fastcomm in each; the workers check each size's result themselves."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "peers", "run.py"), "--libraries", "fastcomm,gloo", "--api", api,
+         "--sizes", "8,64K", "--rounds", "1", "--iters", "3", "--warmup", "1"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    medians = re.findall(r"^\s+(\d+)\s+([\d.]+) \([\d.]+\)\s+([\d.]+) \([\d.]+\) ([\d.]+)x$", out.stdout, re.M)
+    means = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+) ([\d.]+)x$", out.stdout, re.M)
+    for rows in (medians, means):
+        assert [int(r[0]) for r in rows] == [8, 65536], out.stdout
+        for _, fastcomm_us, gloo_us, ratio in rows:
+            mine, theirs = float(fastcomm_us), float(gloo_us)  # printed to 0.05 us
+            assert mine > 0 and theirs > 0, out.stdout
+            assert (theirs - 0.05) / (mine + 0.05) <= float(ratio) + 0.005 <= (theirs + 0.05) / (mine - 0.05) + 0.01, out.stdout
+    assert f"through --api {api}" in out.stdout

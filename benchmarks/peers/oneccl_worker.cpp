@@ -1,0 +1,80 @@
+// One rank of oneCCL's CPU all_reduce for benchmarks/peers (oneccl.py builds and starts it).
+//   oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP
+// Same method as mpi_worker.py: in-place float32 SUM allreduce; per sample
+// oneCCL's own barrier (untimed) and one timed op; each sample's slowest rank
+// (a MAX allreduce of all samples after the loop). Rank 0 prints
+// RESULT {"bytes": [seconds, ...], ...}.
+#include <oneapi/ccl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP\n");
+    return 2;
+  }
+  const int rank = std::atoi(argv[1]), size = std::atoi(argv[2]);
+  const std::string kvs_file = argv[3];
+  const int iters = std::atoi(argv[5]), warmup = std::atoi(argv[6]);
+  ccl::init();
+  std::shared_ptr<ccl::kvs> kvs;
+  if (rank == 0) {
+    kvs = ccl::create_main_kvs();
+    const auto address = kvs->get_address();
+    const std::string tmp = kvs_file + ".tmp";
+    std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(address.data()), address.size());
+    std::rename(tmp.c_str(), kvs_file.c_str());  // whole or absent for the readers
+  } else {
+    ccl::kvs::address_type address;
+    for (int tries = 0;; ++tries) {  // bounded: 60 s
+      std::ifstream in(kvs_file, std::ios::binary);
+      if (in && in.read(reinterpret_cast<char*>(address.data()), address.size())) break;
+      if (tries > 6000) {
+        std::fprintf(stderr, "oneccl_worker: no %s after 60 s\n", kvs_file.c_str());
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kvs = ccl::create_kvs(address);
+  }
+  auto comm = ccl::create_communicator(size, rank, kvs);
+  std::string out = "{";
+  std::stringstream sizes(argv[4]);
+  for (std::string item; std::getline(sizes, item, ',');) {
+    const size_t count = std::max<size_t>(1, std::stoull(item) / 4);
+    std::vector<float> buf(count, static_cast<float>(rank + 1));
+    ccl::allreduce(buf.data(), buf.data(), count, ccl::reduction::sum, comm).wait();
+    for (float v : buf) {
+      if (v != size * (size + 1) / 2.0f) {
+        std::fprintf(stderr, "oneccl_worker: wrong all_reduce result %f\n", v);
+        return 1;
+      }
+    }
+    for (int i = 0; i < warmup; ++i) ccl::allreduce(buf.data(), buf.data(), count, ccl::reduction::sum, comm).wait();
+    std::vector<double> mine(iters);
+    for (int i = 0; i < iters; ++i) {
+      ccl::barrier(comm);
+      const auto start = std::chrono::steady_clock::now();
+      ccl::allreduce(buf.data(), buf.data(), count, ccl::reduction::sum, comm).wait();
+      mine[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    ccl::allreduce(mine.data(), mine.data(), iters, ccl::reduction::max, comm).wait();
+    out += (out.size() > 1 ? ", \"" : "\"") + std::to_string(count * 4) + "\": [";
+    for (int i = 0; i < iters; ++i) {
+      char sample[32];
+      std::snprintf(sample, sizeof(sample), "%s%.9g", i ? ", " : "", mine[i]);
+      out += sample;
+    }
+    out += "]";
+  }
+  if (rank == 0) std::printf("RESULT %s}\n", out.c_str());
+  return 0;
+}
