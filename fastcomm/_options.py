@@ -27,6 +27,11 @@ class Options:
     # 1 MiB where the host has two cores per local rank (the thread has a core
     # to run on), else 0 (resolve_async_min_bytes). Measured: docs/algorithms.md.
     shm_async_min_bytes: int = -1
+    # Bind each process to one CPU, by its rank among the group's ranks on its host
+    # (local rank mod the CPUs it may use), when its first shared-memory group is
+    # made. Off by default: it steadies ranks that outnumber the cores, but a
+    # bound rank cannot escape a busy neighbour. Measured: docs/algorithms.md.
+    shm_bind_cpus: bool = False
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
@@ -103,6 +108,7 @@ def read_options() -> Options:
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),  # -1: auto
+        shm_bind_cpus=_flag("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),

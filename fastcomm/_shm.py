@@ -89,8 +89,32 @@ def _get_all(store: dist.Store, kind: str, ranks, clock: _Clock) -> list[str]:
     return [store.get(key).decode() for key in keys]
 
 
+# The CPUs this process could use before FASTCOMM_SHM_BIND_CPUS bound it to one (None: not bound).
+_cpus_before_binding: list[int] | None = None
+
+
+def _usable_cpus() -> list[int]:
+    return _cpus_before_binding if _cpus_before_binding is not None else sorted(os.sched_getaffinity(0))
+
+
+def _bind_to_cpu(local_rank: int) -> None:
+    """Binds every thread of this process (and so the threads it starts later) to
+    CPU `local_rank` mod the CPUs it may use; once per process (its first group)."""
+    global _cpus_before_binding
+    if _cpus_before_binding is not None:
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[local_rank % len(cpus)]
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    _cpus_before_binding = cpus
+
+
 def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: _Clock) -> _C.ShmEngine:
-    spin = len(local) <= len(os.sched_getaffinity(0))  # spinning on oversubscribed cores starves peers
+    spin = len(local) <= len(_usable_cpus())  # spinning on oversubscribed cores starves peers
     segment_key = f"{_PREFIX}segment/{local[0]}"
     if local_rank == 0:
         try:
@@ -140,6 +164,8 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         if rank == 0:
             warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
         return ShmPlan()
+    if options.shm_bind_cpus and len(local) > 1:
+        _bind_to_cpu(local_rank)
     if len(hosts) == 1:
         return ShmPlan(engine=engine)
     if len(hosts) == size:

@@ -58,6 +58,7 @@ def test_shared_memory_options(monkeypatch):
         False, 65536, 0, 2)
     for name, bad, message in [
         ("FASTCOMM_SHM", "yes", "FASTCOMM_SHM must be 0 or 1, got 'yes'"),
+        ("FASTCOMM_SHM_BIND_CPUS", "2", "FASTCOMM_SHM_BIND_CPUS must be 0 or 1, got '2'"),
         ("FASTCOMM_SHM_SLOT_BYTES", "4095", "FASTCOMM_SHM_SLOT_BYTES must be an integer >= 4096"),
         ("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "-1", "FASTCOMM_SHM_ONESHOT_MAX_BYTES must be a non-negative integer"),
         ("FASTCOMM_RANKS_PER_HOST", "two", "FASTCOMM_RANKS_PER_HOST must be a non-negative integer"),
@@ -118,7 +119,7 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_bind_cpus=True, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
