@@ -20,10 +20,8 @@ class ContiguousStaging final : public Algorithm {
 
   bool accepts(const Collective& c) const override {
     if (c.is_p2p()) return false;
-    for (const auto& t : c.all_tensors()) {
-      if (t.defined() && t.layout() == c10::kStrided && !t.is_contiguous()) return true;
-    }
-    return false;
+    return c.any_tensor(
+        [](const at::Tensor& t) { return t.defined() && t.layout() == c10::kStrided && !t.is_contiguous(); });
   }
 
   Launched launch(Collective& c, Dispatcher& dispatcher) override {

@@ -8,10 +8,8 @@ namespace fastcomm {
 
 bool shm_eligible(const Collective& c) {
   if (c.device != c10::DeviceType::CPU || c.is_p2p()) return false;
-  for (const auto& t : c.all_tensors()) {
-    if (t.defined() && (t.layout() != c10::kStrided || !t.is_contiguous())) return false;
-  }
-  return true;
+  return !c.any_tensor(
+      [](const at::Tensor& t) { return t.defined() && (t.layout() != c10::kStrided || !t.is_contiguous()); });
 }
 
 bool shm_reduces_one_tensor(const Collective& c) {

@@ -13,10 +13,12 @@ namespace {
 using c10d::OpType;
 
 c10::DeviceType device_of(const Collective& c) {
-  for (const auto& t : c.all_tensors()) {
-    if (t.defined()) return t.device().type();
-  }
-  return c10::DeviceType::CPU;  // barrier: synchronises through the CPU delegate
+  c10::DeviceType found = c10::DeviceType::CPU;  // barrier: synchronises through the CPU delegate
+  c.any_tensor([&](const at::Tensor& t) {
+    if (t.defined()) found = t.device().type();
+    return t.defined();
+  });
+  return found;
 }
 
 Collective make(OpType type, const char* name) {

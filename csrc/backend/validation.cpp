@@ -42,9 +42,8 @@ void check_peer_list(const char* op, const std::vector<at::Tensor>& list, const 
 }
 
 void check_tensors(const Collective& c) {
-  auto all = c.all_tensors();
-  for (size_t i = 0; i < all.size(); ++i) {
-    const auto& t = all[i];
+  size_t i = 0;
+  c.any_tensor([&](const at::Tensor& t) {
     FC_CHECK(t.defined(), c.name, "tensor ", i, " is undefined");
     // Sparse COO is passed through for all_reduce SUM on CPU (Gloo's sparse
     // allreduce, which DDP uses for sparse embedding gradients).
@@ -62,7 +61,9 @@ void check_tensors(const Collective& c) {
              "int64, uint8, bool)");
     FC_CHECK(t.device().type() == c.device, c.name, "all tensors must be on one device type; tensor ", i, " is on ",
              t.device(), " but the first is on ", c10::DeviceTypeName(c.device));
-  }
+    ++i;
+    return false;  // every tensor
+  });
   if (c.is_p2p() && c.inputs.size() == 1) {
     FC_CHECK(c.inputs[0].is_contiguous(), c.name, "the tensor must be contiguous (shape ", c.inputs[0].sizes(),
              ", strides ", c.inputs[0].strides(), ")");

@@ -2,14 +2,6 @@
 
 namespace fastcomm {
 
-std::vector<at::Tensor> Collective::all_tensors() const {
-  std::vector<at::Tensor> all(inputs.begin(), inputs.end());
-  for (const auto& list : input_lists) all.insert(all.end(), list.begin(), list.end());
-  all.insert(all.end(), outputs.begin(), outputs.end());
-  for (const auto& list : output_lists) all.insert(all.end(), list.begin(), list.end());
-  return all;
-}
-
 std::vector<at::Tensor> Collective::result_tensors() const {
   using c10d::OpType;
   switch (type) {
@@ -37,10 +29,12 @@ std::vector<at::Tensor> Collective::result_tensors() const {
 }
 
 at::ScalarType Collective::dtype() const {
-  for (const auto& t : all_tensors()) {
-    if (t.defined()) return t.scalar_type();
-  }
-  return at::ScalarType::Undefined;
+  at::ScalarType found = at::ScalarType::Undefined;
+  any_tensor([&](const at::Tensor& t) {
+    if (t.defined()) found = t.scalar_type();
+    return t.defined();
+  });
+  return found;
 }
 
 bool Collective::is_reduction() const {

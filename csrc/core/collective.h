@@ -67,8 +67,29 @@ struct Collective {
   // wire format; every other algorithm sees only collectives without one.
   std::optional<LowPrecisionWire> wire;
 
-  // Every tensor this call touches (inputs first), for checks that apply to all.
-  std::vector<at::Tensor> all_tensors() const;
+  // Calls `f` on every tensor this call touches (inputs, input lists, outputs,
+  // output lists) until it returns true; returns whether it did. No copies:
+  // the checks that use it run on every call, in several algorithms' accepts().
+  template <class F>
+  bool any_tensor(F&& f) const {
+    for (const auto& t : inputs) {
+      if (f(t)) return true;
+    }
+    for (const auto& list : input_lists) {
+      for (const auto& t : list) {
+        if (f(t)) return true;
+      }
+    }
+    for (const auto& t : outputs) {
+      if (f(t)) return true;
+    }
+    for (const auto& list : output_lists) {
+      for (const auto& t : list) {
+        if (f(t)) return true;
+      }
+    }
+    return false;
+  }
   // The tensors whose contents the user sees after completion, in a fixed order.
   std::vector<at::Tensor> result_tensors() const;
   // The dtype of the data (first tensor found); Undefined for a barrier.
