@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 
 import torch
 import torch.distributed as dist
@@ -44,7 +43,7 @@ def make_config(options: Options, plan: _shm.ShmPlan, cuda_unavailable_reason: s
         setattr(config, field.name, getattr(options, field.name))
     local_ranks = plan.engine.local_size if plan.engine is not None else 1
     config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks,
-                                                         len(os.sched_getaffinity(0)))
+                                                         len(_shm.usable_cpus()))
     config.host_of_rank = plan.host_of_rank
     config.cuda_unavailable_reason = cuda_unavailable_reason
     return config

@@ -93,7 +93,8 @@ def _get_all(store: dist.Store, kind: str, ranks, clock: _Clock) -> list[str]:
 _cpus_before_binding: list[int] | None = None
 
 
-def _usable_cpus() -> list[int]:
+def usable_cpus() -> list[int]:
+    """The CPUs this process may use: all it had before FASTCOMM_SHM_BIND_CPUS bound it to one."""
     return _cpus_before_binding if _cpus_before_binding is not None else sorted(os.sched_getaffinity(0))
 
 
@@ -114,7 +115,7 @@ def _bind_to_cpu(local_rank: int) -> None:
 
 
 def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: _Clock) -> _C.ShmEngine:
-    spin = len(local) <= len(_usable_cpus())  # spinning on oversubscribed cores starves peers
+    spin = len(local) <= len(usable_cpus())  # spinning on oversubscribed cores starves peers
     segment_key = f"{_PREFIX}segment/{local[0]}"
     if local_rank == 0:
         try:
