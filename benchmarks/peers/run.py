@@ -1,7 +1,7 @@
 """fastcomm's CPU all_reduce against its peers, in one sitting (issue 14's table).
 
     bash benchmarks/peers/setup.sh                     # once: MPICH and Open MPI (with mpi4py) in their own venvs
-    python benchmarks/peers/run.py                     # 2 ranks, 8 B .. 64 MiB, 5 interleaved rounds
+    python benchmarks/peers/run.py                     # 2 ranks, 8 B .. 64 MiB, 5 interleaved rounds, --api cpp
     python benchmarks/peers/run.py --nproc 4 --background-load 1 --json peers.json
 
 Every library runs the same in-place float32 SUM all_reduce with the same
@@ -16,9 +16,10 @@ library / fastcomm (> 1: fastcomm faster); a second table gives the means
 (what a loop of ops costs per op, long stalls included: under a background
 load a library can have a short median and a long mean).
 
-Libraries: fastcomm and Gloo (torch.distributed, the backend object called
-directly: `--api process_group`; `--api cpp` loops barrier and op in C++, the
-backend's own cost), MPICH and Open MPI through mpi4py, DeepSpeed 0.19.8's shm
+Libraries: fastcomm and Gloo (torch.distributed: `--api cpp`, the default,
+loops the backend's barrier and op in C++, the backend's own cost; `--api
+process_group` calls the backend object from Python, `--api dist`
+dist.all_reduce), MPICH and Open MPI through mpi4py, DeepSpeed 0.19.8's shm
 all_reduce op (deepspeed_shm.py), oneCCL through its C++ API (oneccl.py); each
 skipped with a note when setup.sh has not made it.
 """
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=30, help="samples per size per round")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="process_group",
+    p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="cpp",
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")
     p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi,deepspeed,oneccl", help="which to run, comma-separated")
