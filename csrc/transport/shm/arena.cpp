@@ -1,8 +1,6 @@
 #include "transport/shm/arena.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +8,8 @@
 #include <string>
 
 #include <c10/util/Exception.h>
+
+#include "transport/shm/shared_file.h"
 
 namespace fastcomm::shm {
 
@@ -34,10 +34,7 @@ Arena::PeerMapping::~PeerMapping() {
 std::shared_ptr<Arena::Block> Arena::allocate(size_t bytes) {
   auto block = std::make_shared<Block>();
   block->bytes = whole_pages(bytes);
-  block->fd = ::memfd_create("fastcomm-arena", MFD_CLOEXEC);
-  TORCH_CHECK(block->fd >= 0, "fastcomm allocate_tensor: memfd_create failed: ", std::strerror(errno));
-  TORCH_CHECK(::ftruncate(block->fd, static_cast<off_t>(block->bytes)) == 0, "fastcomm allocate_tensor: ftruncate to ",
-              block->bytes, " bytes failed (is shared memory full?): ", std::strerror(errno));
+  block->fd = create_shared_file("fastcomm-arena", block->bytes, "fastcomm allocate_tensor");
   void* base = ::mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->fd, 0);
   TORCH_CHECK(base != MAP_FAILED, "fastcomm allocate_tensor: mmap of ", block->bytes, " bytes failed: ",
               std::strerror(errno));
@@ -68,20 +65,15 @@ const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) 
   }
   std::unique_ptr<PeerMapping>& mapping = peers_[{local_rank, ref.serial}];
   if (!mapping) {
-    const std::string name = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
-    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      peers_.erase({local_rank, ref.serial});
-      TORCH_CHECK(false, "cannot open local rank ", local_rank, "'s arena block ", name, ": ", std::strerror(errno));
-    }
-    struct stat st {};
-    const bool sized = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == ref.bytes;
-    void* base = sized ? ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    ::close(fd);
+    const std::string path = shared_file_path(ref.pid, ref.fd);
+    std::string why;
+    const int fd = open_shared_file(path, ref.bytes, /*writable=*/false, why);
+    void* base = fd >= 0 ? ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0 && base == MAP_FAILED) why = c10::str("mmap of ", ref.bytes, " bytes failed: ", std::strerror(errno));
+    if (fd >= 0) ::close(fd);
     if (base == MAP_FAILED) {
       peers_.erase({local_rank, ref.serial});
-      TORCH_CHECK(false, "cannot map local rank ", local_rank, "'s arena block ", name, " (", ref.bytes, " bytes)",
-                  sized ? ": " : ": its size differs", sized ? std::strerror(errno) : "");
+      TORCH_CHECK(false, "cannot map local rank ", local_rank, "'s arena block ", path, ": ", why);
     }
     mapping = std::make_unique<PeerMapping>();
     mapping->base = base;

@@ -1,8 +1,6 @@
 #include "transport/shm/segment.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +10,8 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
+
+#include "transport/shm/shared_file.h"
 
 namespace fastcomm::shm {
 
@@ -55,13 +55,10 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
   TORCH_CHECK(slot_bytes >= 1, "fastcomm shm: slot_bytes must be >= 1, got ", slot_bytes);
   slot_bytes = round_up(slot_bytes, kSlotAlignment);
   const size_t bytes = segment_bytes(local_size, slot_bytes);
-  FileDescriptor file{::memfd_create("fastcomm-segment", MFD_CLOEXEC)};
-  TORCH_CHECK(file.fd >= 0, "fastcomm shm: memfd_create failed: ", errno_text());
-  TORCH_CHECK(::ftruncate(file.fd, static_cast<off_t>(bytes)) == 0, "fastcomm shm: ftruncate to ", bytes,
-              " bytes failed (is shared memory full?): ", errno_text());
+  FileDescriptor file{create_shared_file("fastcomm-segment", bytes, "fastcomm shm")};
   void* base = map(file.fd, bytes, p2p_offset(local_size, slot_bytes));
   TORCH_CHECK(base, "fastcomm shm: mmap of ", bytes, " bytes failed: ", errno_text());
-  const std::string name = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file.fd);
+  const std::string name = shared_file_path(::getpid(), file.fd);
   auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, file.fd));
   file.fd = -1;  // the segment owns it now
   SegmentHeader* h = segment->header();
@@ -83,14 +80,9 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
 std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size, size_t slot_bytes, uint64_t nonce) {
   slot_bytes = round_up(slot_bytes, kSlotAlignment);
   const size_t bytes = segment_bytes(local_size, slot_bytes);
-  FileDescriptor file{::open(name.c_str(), O_RDWR | O_CLOEXEC)};
-  TORCH_CHECK(file.fd >= 0, "fastcomm shm: cannot open segment ", name, ": ", errno_text(),
-              " (the creator has exited, or is another user's or another pid namespace's process)");
-  struct stat st {};
-  TORCH_CHECK(::fstat(file.fd, &st) == 0, "fastcomm shm: fstat of ", name, " failed: ", errno_text());
-  TORCH_CHECK(static_cast<size_t>(st.st_size) == bytes, "fastcomm shm: segment ", name, " has ", st.st_size,
-              " bytes, expected ", bytes);
-  TORCH_CHECK(st.st_uid == ::geteuid(), "fastcomm shm: segment ", name, " belongs to another user");
+  std::string why;
+  FileDescriptor file{open_shared_file(name, bytes, /*writable=*/true, why)};
+  TORCH_CHECK(file.fd >= 0, "fastcomm shm: cannot open segment ", name, ": ", why);
   void* base = map(file.fd, bytes, p2p_offset(local_size, slot_bytes));
   TORCH_CHECK(base, "fastcomm shm: mmap of ", name, " failed: ", errno_text());
   auto segment = std::unique_ptr<Segment>(new Segment(name, base, bytes, -1));
