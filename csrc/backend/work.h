@@ -49,7 +49,7 @@ class FastcommWork final : public c10d::Work {
 
  private:
   // Signalled by the future's completion callback; shared so the callback may
-  // outlive this Work.
+  // outlive this Work. Made only for a future not completed at construction.
   struct Completion {
     std::mutex mutex;
     std::condition_variable cv;
