@@ -9,12 +9,19 @@ from fastcomm import _shm
 
 
 def _thread_cpus() -> dict[int, set[int]]:
-    return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")}
+    cpus = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            cpus[int(tid)] = os.sched_getaffinity(int(tid))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return cpus
 
 
 def bound_by_local_rank(rank, world_size):
     before = _shm._cpus_before_binding
     assert before is not None and len(before) >= 1, "the group's set-up did not bind this process"
+    assert _shm.usable_cpus() == before  # what the spin and op-queue decisions count
     mine = {before[rank % len(before)]}  # one host: the local rank is the rank
     assert all(cpus == mine for cpus in _thread_cpus().values()), (mine, _thread_cpus())
     seen = []
