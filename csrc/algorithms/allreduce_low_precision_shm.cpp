@@ -82,8 +82,7 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
     // the same tensor on another rank is a mismatch, not a silent mix.
     shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
     descriptor.dtype = static_cast<int32_t>(wire.dtype);
-    if (runs_async(async_min_bytes_, t.nbytes())) return shm_run_async(engine, c, descriptor, body);
-    return shm_run(engine, c, descriptor, body);
+    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, t.nbytes());
   }
 
  private:

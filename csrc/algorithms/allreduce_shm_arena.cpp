@@ -92,8 +92,7 @@ class AllreduceShmArena final : public ShmAlgorithm {
       engine.round();
     };
     const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, shm::kRootArena);
-    if (runs_async(async_min_bytes_, r.total)) return shm_run_async(engine, c, descriptor, body);
-    return shm_run(engine, c, descriptor, body);
+    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);
   }
 
  private:

@@ -70,8 +70,7 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
       } while (offset < total);
     };
     const shm::OpDescriptor descriptor = shm_describe(c, total, total, -1);
-    if (runs_async(async_min_bytes_, total)) return shm_run_async(engine, c, descriptor, body);
-    return shm_run(engine, c, descriptor, body);
+    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, total);
   }
 
  private:

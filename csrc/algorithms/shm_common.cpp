@@ -60,9 +60,10 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
   return error ? failed(error) : completed(c.result_tensors());
 }
 
-Launched shm_run_async(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
-                       std::function<void()> body) {
-  if (engine.queue().on_queue_thread()) return shm_run(engine, c, descriptor, body);
+Launched shm_run_sized(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
+                       std::function<void()> body, int64_t async_min_bytes, size_t bytes) {
+  const bool queued = async_min_bytes > 0 && bytes >= static_cast<size_t>(async_min_bytes);
+  if (!queued || engine.queue().on_queue_thread()) return shm_run(engine, c, descriptor, body);
   Launched launched = pending();
   launched.self_timed = true;
   // The engine outlives its queued jobs (op_queue.h), so the job may hold it by reference.

@@ -7,7 +7,7 @@
 // an already completed (or failed) future (shm_run): ranks on one host
 // progress in lock step through the segment, so for small messages a helper
 // thread would only add a wake-up. Large all_reduce (DDP's buckets) runs on
-// the engine's op queue instead (shm_run_async, transport/shm/op_queue.h):
+// the engine's op queue instead (shm_run_sized, transport/shm/op_queue.h):
 // launch returns at once and the future completes on the queue's thread, so
 // the caller (DDP's autograd thread) keeps computing. Either way the engine
 // runs ops in the order they were issued: shm_run first waits for the queued
@@ -95,18 +95,14 @@ shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                  const std::function<void()>& body, std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
-// Runs `body` as one engine op for `c` on the engine's op queue and returns
-// at once; the future completes (or fails) on the queue's thread. `body`
-// must own what it uses (capture by value: it runs after launch returned).
-// On the queue's own thread (a collective issued by a callback of a queued
-// one) it runs inline, as shm_run.
-Launched shm_run_async(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
-                       std::function<void()> body);
-
-// Whether an op of `bytes` runs on the op queue under Config::shm_async_min_bytes (0: never).
-inline bool runs_async(int64_t async_min_bytes, size_t bytes) {
-  return async_min_bytes > 0 && bytes >= static_cast<size_t>(async_min_bytes);
-}
+// As shm_run, except that an op of at least `async_min_bytes` tensor bytes
+// (Config::shm_async_min_bytes; 0: never) runs on the engine's op queue:
+// launch returns at once and the future completes (or fails) on the queue's
+// thread. So `body` must own what it uses (capture by value: it may run after
+// launch returned). On the queue's own thread (a collective issued by a
+// callback of a queued one) it always runs inline.
+Launched shm_run_sized(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
+                       std::function<void()> body, int64_t async_min_bytes, size_t bytes);
 
 // all_to_all_single's blocks: the byte offset and length of each of the `n`
 // ranks' blocks along dim 0 of `t` (`splits`: rows per rank; empty: even).
