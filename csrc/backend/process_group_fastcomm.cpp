@@ -13,12 +13,8 @@ namespace {
 using c10d::OpType;
 
 c10::DeviceType device_of(const Collective& c) {
-  c10::DeviceType found = c10::DeviceType::CPU;  // barrier: synchronises through the CPU delegate
-  c.any_tensor([&](const at::Tensor& t) {
-    if (t.defined()) found = t.device().type();
-    return t.defined();
-  });
-  return found;
+  const at::Tensor* t = c.first_defined();
+  return t ? t->device().type() : c10::DeviceType::CPU;  // barrier: synchronises through the CPU delegate
 }
 
 Collective make(OpType type, const char* name) {

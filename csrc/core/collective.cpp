@@ -29,12 +29,8 @@ std::vector<at::Tensor> Collective::result_tensors() const {
 }
 
 at::ScalarType Collective::dtype() const {
-  at::ScalarType found = at::ScalarType::Undefined;
-  any_tensor([&](const at::Tensor& t) {
-    if (t.defined()) found = t.scalar_type();
-    return t.defined();
-  });
-  return found;
+  const at::Tensor* t = first_defined();
+  return t ? t->scalar_type() : at::ScalarType::Undefined;
 }
 
 bool Collective::is_reduction() const {

@@ -90,6 +90,15 @@ struct Collective {
     }
     return false;
   }
+  // The first defined tensor of any_tensor's order; null for a barrier.
+  const at::Tensor* first_defined() const {
+    const at::Tensor* found = nullptr;
+    any_tensor([&](const at::Tensor& t) {
+      if (t.defined()) found = &t;
+      return t.defined();
+    });
+    return found;
+  }
   // The tensors whose contents the user sees after completion, in a fixed order.
   std::vector<at::Tensor> result_tensors() const;
   // The dtype of the data (first tensor found); Undefined for a barrier.
