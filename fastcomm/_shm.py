@@ -104,7 +104,7 @@ def _bind_to_cpu(local_rank: int) -> None:
     global _cpus_before_binding
     if _cpus_before_binding is not None:
         return
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = usable_cpus()
     cpu = cpus[local_rank % len(cpus)]
     for tid in os.listdir("/proc/self/task"):
         try:

@@ -31,10 +31,10 @@ std::unique_ptr<Algorithm> make_reinterpret_dtype();
 std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes);
 
 // Shared memory among the ranks of one host (registered when the whole group is on one host).
-// max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 // all_reduce of tensors in the ranks' arenas (allocateTensor), read in place.
 std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
                                                     int64_t async_min_bytes);
+// max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
 std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);

@@ -67,10 +67,13 @@ const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) 
   if (!mapping) {
     const std::string path = shared_file_path(ref.pid, ref.fd);
     std::string why;
+    void* base = MAP_FAILED;
     const int fd = open_shared_file(path, ref.bytes, /*writable=*/false, why);
-    void* base = fd >= 0 ? ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    if (fd >= 0 && base == MAP_FAILED) why = c10::str("mmap of ", ref.bytes, " bytes failed: ", std::strerror(errno));
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) {
+      base = ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) why = c10::str("mmap of ", ref.bytes, " bytes failed: ", std::strerror(errno));
+      ::close(fd);  // the mapping keeps the file
+    }
     if (base == MAP_FAILED) {
       peers_.erase({local_rank, ref.serial});
       TORCH_CHECK(false, "cannot map local rank ", local_rank, "'s arena block ", path, ": ", why);
