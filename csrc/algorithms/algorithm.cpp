@@ -1,5 +1,6 @@
 #include "algorithms/algorithm.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <ATen/core/jit_type.h>
@@ -15,11 +16,24 @@ c10::intrusive_ptr<c10::ivalue::Future> new_tensor_list_future() {
 }  // namespace
 
 Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::vector<at::Tensor> results) {
+  const bool all_finished =
+      std::all_of(parts.begin(), parts.end(), [](const Launched& part) { return part.finished; });
+  if (all_finished) {
+    for (const auto& part : parts) {
+      if (part.error) return failed(part.error);
+    }
+    try {
+      if (step) step();
+    } catch (...) {
+      return failed(std::current_exception());
+    }
+    return finished();
+  }
   Launched out;
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   for (auto& part : parts) {
-    TORCH_INTERNAL_ASSERT(part.future, "fastcomm: then_run needs futures (p2p works cannot be chained)");
-    futures.push_back(part.future);
+    TORCH_INTERNAL_ASSERT(part.future || part.finished, "fastcomm: then_run needs futures (p2p works cannot be chained)");
+    futures.push_back(future_of(part, {}));  // a part's own results are not this future's
     out.works.insert(out.works.end(), part.works.begin(), part.works.end());
   }
   c10::intrusive_ptr<c10::ivalue::Future> all;
@@ -67,18 +81,35 @@ Launched pending() {
   return out;
 }
 
-Launched completed(std::vector<at::Tensor> results) {
+Launched finished() {
   Launched out;
-  out.future = new_tensor_list_future();
-  out.future->markCompleted(c10::IValue(std::move(results)));
+  out.finished = true;
   return out;
 }
 
 Launched failed(std::exception_ptr error) {
   Launched out;
-  out.future = new_tensor_list_future();
-  out.future->setError(std::move(error));
+  out.finished = true;
+  out.error = std::move(error);
   return out;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(std::vector<at::Tensor> results) {
+  auto future = new_tensor_list_future();
+  future->markCompleted(c10::IValue(std::move(results)));
+  return future;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> future_of(Launched& launched, const std::vector<at::Tensor>& results) {
+  if (!launched.future && launched.finished) {
+    if (launched.error) {
+      launched.future = new_tensor_list_future();
+      launched.future->setError(launched.error);
+    } else {
+      launched.future = completed_future(results);
+    }
+  }
+  return launched.future;
 }
 
 }  // namespace fastcomm

@@ -8,9 +8,12 @@
 //
 // Contract of launch(): it must not block on peers. It returns a Launched whose
 // future completes (with Collective::result_tensors()) once the outputs are
-// final, or with the error that stopped it. P2P delegates have no future; their
-// `works` are waited directly. Shared-memory p2p has both a future and a
-// `driver` work whose wait() moves the op on the caller's thread.
+// final, or with the error that stopped it. An op that ran to its end inside
+// launch() (the shared-memory ones) returns `finished` instead, and no future:
+// one is made only when someone asks (future_of), which most callers of a
+// ~1 us small op never do. P2P delegates have no future; their `works` are
+// waited directly. Shared-memory p2p has both a future and a `driver` work
+// whose wait() moves the op on the caller's thread.
 #pragma once
 
 #include <chrono>
@@ -26,7 +29,9 @@
 namespace fastcomm {
 
 struct Launched {
-  c10::intrusive_ptr<c10::ivalue::Future> future;        // null only for delegated p2p
+  c10::intrusive_ptr<c10::ivalue::Future> future;        // null for finished ops and delegated p2p
+  bool finished = false;           // ran to its end inside launch(): outputs final, or `error`
+  std::exception_ptr error;        // a finished op's failure (null: it succeeded)
   std::vector<c10::intrusive_ptr<c10d::Work>> works;      // what runs underneath, for abort()
   // Set by ops that progress on the waiting thread (shm p2p): the Work's
   // wait() and isCompleted() call it instead of sleeping on the future.
@@ -52,7 +57,9 @@ class Algorithm {
 
 // A future for `results` that completes once every future in `parts` has, after
 // running `step` (if any) on the thread that completed the last part. The first
-// error among the parts (or thrown by `step`) becomes the future's error.
+// error among the parts (or thrown by `step`) becomes the future's error. When
+// every part finished inside launch(), `step` runs now and the result is
+// finished too (no future made).
 Launched then_run(
     std::vector<Launched> parts,
     std::function<void()> step,
@@ -68,11 +75,15 @@ c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
 // A future not completed yet (of a tensor list); whoever runs the op completes it.
 Launched pending();
 
-// A future already completed with `results`; for collectives with nothing to do.
-Launched completed(std::vector<at::Tensor> results);
-
-// A future already failed with `error`; for algorithms that run to completion
-// inside launch() (the shared-memory ones) and hit an error there.
+// An op that ran to its end inside launch(): succeeded, or failed with `error`.
+Launched finished();
 Launched failed(std::exception_ptr error);
+
+// A future of a tensor list already completed with `results`.
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(std::vector<at::Tensor> results);
+
+// `launched`'s future; for a finished op one made now (completed with
+// `results`, or failed) and kept in `launched`. Null for delegated p2p.
+c10::intrusive_ptr<c10::ivalue::Future> future_of(Launched& launched, const std::vector<at::Tensor>& results);
 
 }  // namespace fastcomm

@@ -5,35 +5,38 @@
 namespace fastcomm {
 
 void Dispatcher::add(std::unique_ptr<Algorithm> algorithm) {
-  algorithms_.push_back(std::move(algorithm));
+  auto registered = std::make_unique<Registered>();
+  registered->algorithm = std::move(algorithm);
+  algorithms_.push_back(std::move(registered));
 }
 
-Algorithm& Dispatcher::choose(const Collective& c) const {
-  for (const auto& algorithm : algorithms_) {
-    if (algorithm->accepts(c)) return *algorithm;
+Dispatcher::Registered& Dispatcher::choose(const Collective& c) const {
+  for (const auto& registered : algorithms_) {
+    if (registered->algorithm->accepts(c)) return *registered;
   }
   FC_CHECK(false, c.name, "no algorithm for ", c10::DeviceTypeName(c.device), " tensors of dtype ", c.dtype(),
            " (this build or machine lacks the transport for this device)");
 }
 
 Launched Dispatcher::launch(Collective& c) {
-  Algorithm& algorithm = choose(c);
-  {
-    std::lock_guard<std::mutex> lock(counts_mutex_);
-    ++counts_[algorithm.name()];
-  }
-  return algorithm.launch(c, *this);
+  Registered& chosen = choose(c);
+  chosen.launches.fetch_add(1, std::memory_order_relaxed);
+  return chosen.algorithm->launch(c, *this);
 }
 
 std::vector<std::string> Dispatcher::names() const {
   std::vector<std::string> out;
-  for (const auto& algorithm : algorithms_) out.emplace_back(algorithm->name());
+  for (const auto& registered : algorithms_) out.emplace_back(registered->algorithm->name());
   return out;
 }
 
 std::map<std::string, int64_t> Dispatcher::counts() const {
-  std::lock_guard<std::mutex> lock(counts_mutex_);
-  return counts_;
+  std::map<std::string, int64_t> out;  // the algorithms launched at least once
+  for (const auto& registered : algorithms_) {
+    const int64_t launches = registered->launches.load(std::memory_order_relaxed);
+    if (launches > 0) out[registered->algorithm->name()] += launches;
+  }
+  return out;
 }
 
 }  // namespace fastcomm

@@ -7,9 +7,9 @@
 // (user thread, completion callbacks); the algorithm list is fixed after setup.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,11 +25,13 @@ class Dispatcher {
   std::map<std::string, int64_t> counts() const;
 
  private:
-  Algorithm& choose(const Collective& c) const;
+  struct Registered {
+    std::unique_ptr<Algorithm> algorithm;
+    std::atomic<int64_t> launches{0};  // an atomic, not a locked map: launch() is on the ~1 us path
+  };
+  Registered& choose(const Collective& c) const;
 
-  std::vector<std::unique_ptr<Algorithm>> algorithms_;
-  mutable std::mutex counts_mutex_;
-  std::map<std::string, int64_t> counts_;
+  std::vector<std::unique_ptr<Registered>> algorithms_;
 };
 
 }  // namespace fastcomm

@@ -38,7 +38,7 @@ class ReinterpretDtype final : public Algorithm {
     const at::ScalarType carrier = carrier_for(c.dtype());
     Collective viewed = map_tensors(c, [carrier](const at::Tensor& t) { return t.view(carrier); });
     Launched inner = dispatcher.launch(viewed);
-    if (!inner.future) return inner;  // p2p: nothing to do afterwards
+    if (!inner.future && !inner.finished) return inner;  // p2p: nothing to do afterwards
     std::vector<Launched> parts{std::move(inner)};
     return then_run(std::move(parts), nullptr, c.result_tensors());
   }

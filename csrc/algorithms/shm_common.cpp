@@ -25,11 +25,11 @@ ShmReduction shm_reduction(const Collective& c) {
 
 shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root) {
   shm::OpDescriptor d{};
-  d.type = static_cast<int32_t>(c.type);
+  d.type = static_cast<int16_t>(c.type);
   const at::ScalarType dtype = c.dtype();
-  d.dtype = dtype == at::ScalarType::Undefined ? -1 : static_cast<int32_t>(dtype);
-  d.reduce_op = c.is_reduction() ? static_cast<int32_t>(c.reduce_op.op_) : -1;
-  d.root = root;
+  d.dtype = dtype == at::ScalarType::Undefined ? -1 : static_cast<int16_t>(dtype);
+  d.reduce_op = c.is_reduction() ? static_cast<int16_t>(c.reduce_op.op_) : -1;
+  d.root = static_cast<int16_t>(root);
   d.input_bytes = static_cast<uint64_t>(input_bytes);
   d.output_bytes = static_cast<uint64_t>(output_bytes);
   return d;
@@ -57,7 +57,7 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
                  const std::function<void()>& body, std::chrono::milliseconds grace) {
   engine.queue().drain();  // ops issued before this one, queued, go first
   std::exception_ptr error = run_engine_op(engine, c, descriptor, body, grace, std::chrono::steady_clock::now());
-  return error ? failed(error) : completed(c.result_tensors());
+  return error ? failed(error) : finished();
 }
 
 Launched shm_run_sized(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,

@@ -4,7 +4,7 @@
 //
 // Execution contract (an exception to algorithm.h's "launch must not block"):
 // most shm algorithms run inside launch(), on the calling thread, and return
-// an already completed (or failed) future (shm_run): ranks on one host
+// a finished (or failed) Launched (shm_run): ranks on one host
 // progress in lock step through the segment, so for small messages a helper
 // thread would only add a wake-up. Large all_reduce (DDP's buckets) runs on
 // the engine's op queue instead (shm_run_sized, transport/shm/op_queue.h):
@@ -89,8 +89,8 @@ ShmReduction shm_reduction(const Collective& c);
 // The descriptor peers compare; `root` is a local rank or -1.
 shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root);
 
-// Runs `body` as one engine op for `c` and returns the finished future:
-// completed with c.result_tensors(), or failed with what body threw. The
+// Runs `body` as one engine op for `c` and returns it finished: succeeded, or
+// failed with what body threw (no future: algorithm.h's future_of). The
 // engine's waits end c.timeout + `grace` after the op began.
 Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                  const std::function<void()>& body, std::chrono::milliseconds grace = std::chrono::milliseconds(0));

@@ -35,6 +35,7 @@ FastcommWork::FastcommWork(
 }
 
 bool FastcommWork::isCompleted() {
+  if (launched_.finished) return true;
   if (launched_.driver) return launched_.driver->isCompleted();
   if (launched_.future) return launched_.future->completed();
   for (auto& w : launched_.works) {
@@ -44,6 +45,7 @@ bool FastcommWork::isCompleted() {
 }
 
 bool FastcommWork::isSuccess() const {
+  if (launched_.finished) return !launched_.error;
   if (launched_.future) return launched_.future->completed() && !launched_.future->hasError();
   for (const auto& w : launched_.works) {
     if (!w->isSuccess()) return false;
@@ -52,6 +54,7 @@ bool FastcommWork::isSuccess() const {
 }
 
 std::exception_ptr FastcommWork::exception() const {
+  if (launched_.finished) return launched_.error;
   if (launched_.future) return launched_.future->hasError() ? launched_.future->exception_ptr() : nullptr;
   for (const auto& w : launched_.works) {
     if (auto e = w->exception()) return e;
@@ -87,7 +90,7 @@ bool FastcommWork::wait_future(std::chrono::milliseconds timeout) {
 bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
   // A delegated p2p work must be waited at most once: a second wait on a Gloo
   // recv waits for a second message.
-  std::unique_lock<std::mutex> lock(p2p_mutex_);
+  std::unique_lock<std::mutex> lock(future_mutex_);
   if (p2p_future_) {
     auto future = p2p_future_;
     lock.unlock();
@@ -106,6 +109,10 @@ bool FastcommWork::wait(std::chrono::milliseconds timeout) {
   // The grace is a backstop only: a self-timed op fails at its own deadline.
   constexpr std::chrono::milliseconds kSelfTimedGrace(1000);
   const auto limit = timeout != kNoTimeout ? timeout : launched_.self_timed ? timeout_ + kSelfTimedGrace : timeout_;
+  if (launched_.finished) {
+    if (launched_.error) std::rethrow_exception(launched_.error);
+    return true;
+  }
   if (launched_.driver) return launched_.driver->wait(limit);
   return launched_.future ? wait_future(limit) : wait_works(limit);
 }
@@ -119,11 +126,12 @@ void FastcommWork::abort() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> FastcommWork::getFuture() {
-  if (launched_.future) return launched_.future;
-  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  if (!launched_.finished && launched_.future) return launched_.future;  // set at construction, never changed
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  if (launched_.finished) return future_of(launched_, results_);  // made on the first request
   if (!p2p_future_) {
     TORCH_INTERNAL_ASSERT(launched_.works.size() == 1, "fastcomm: p2p launches hold exactly one work");
-    p2p_future_ = p2p_waited_ ? completed(results_).future : future_by_waiting(launched_.works[0], results_, timeout_);
+    p2p_future_ = p2p_waited_ ? completed_future(results_) : future_by_waiting(launched_.works[0], results_, timeout_);
   }
   return p2p_future_;
 }

@@ -5,7 +5,8 @@
 //    or else the group's) passes; it rethrows the collective's error, and on
 //    timeout throws DistBackendError naming the op and sequence number.
 //  - getFuture() completes with the output tensors (a list), which is what
-//    DDP's reducer and torch's comm hooks read. For p2p ops, whose delegated
+//    DDP's reducer and torch's comm hooks read. For ops that finished inside
+//    launch() (Launched::finished) it is made on first request. For p2p ops, whose delegated
 //    works have no future, a future is made on first request and completed by
 //    a helper thread that waits for the work (bounded by the group timeout).
 //    Shared-memory p2p ops have a future and a driver: wait() and
@@ -66,8 +67,9 @@ class FastcommWork final : public c10d::Work {
   Launched launched_;
   std::vector<at::Tensor> results_;
   std::shared_ptr<Completion> completion_;
-  // P2P only (no future from the delegate): guards waiting the work once.
-  std::mutex p2p_mutex_;
+  // Guards making a future on request (finished ops, p2p) and, for p2p (no
+  // future from the delegate), waiting the work once.
+  std::mutex future_mutex_;
   bool p2p_waited_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> p2p_future_;
 };

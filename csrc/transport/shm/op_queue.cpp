@@ -27,12 +27,14 @@ OpQueue::~OpQueue() {
       state_->jobs.pop_front();
     }
     job();
+    state_->unfinished.fetch_sub(1, std::memory_order_release);
   }
 }
 
 void OpQueue::push(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->unfinished.fetch_add(1, std::memory_order_relaxed);
     state_->jobs.push_back(std::move(job));
     if (!thread_.joinable()) {
       thread_ = std::thread([state = state_] { loop(state); });
@@ -43,6 +45,9 @@ void OpQueue::push(std::function<void()> job) {
 }
 
 void OpQueue::drain() {
+  // Acquire pairs with loop()'s release: a zero seen here means every job
+  // pushed before this call finished, and its writes are visible.
+  if (state_->unfinished.load(std::memory_order_acquire) == 0) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (std::this_thread::get_id() == state_->thread_id) return;
   state_->idle.wait(lock, [this] { return state_->jobs.empty() && !state_->running_job; });
@@ -66,6 +71,7 @@ void OpQueue::loop(const std::shared_ptr<State>& state) {
     job = nullptr;  // what the job held is released outside the lock
     lock.lock();
     state->running_job = false;
+    state->unfinished.fetch_sub(1, std::memory_order_release);
     if (state->jobs.empty()) state->idle.notify_all();
   }
 }

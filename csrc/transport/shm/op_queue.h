@@ -16,6 +16,7 @@
 // that holds the queue as its last member outlives every job.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -50,6 +51,9 @@ class OpQueue {
     std::deque<std::function<void()>> jobs;
     bool running_job = false;
     bool stop = false;
+    // Jobs pushed and not yet finished; lets drain() return without the mutex
+    // when nothing is queued (every inline engine op calls drain()).
+    std::atomic<int64_t> unfinished{0};
     std::thread::id thread_id;
   };
   static void loop(const std::shared_ptr<State>& state);

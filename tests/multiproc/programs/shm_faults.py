@@ -10,7 +10,8 @@ left_peer:  the last rank destroys its group instead of joining; live ranks
             must raise an error naming it at once, not after the group
             timeout (10 s).
 mismatch:   ranks pass different sizes / ops / split sizes; every rank must raise
-            the same clear error, and the group must still work afterwards.
+            the same clear error (through wait(), the Work's future, and an
+            AVG's divide step), and the group must still work afterwards.
 mismatch_hosts: 4 ranks as 2 hosts of 2 (FASTCOMM_RANKS_PER_HOST=2); the
             hosts pass different sizes, then different collectives; every rank
             must raise an error saying the hosts disagree, within seconds.
@@ -106,6 +107,26 @@ def _missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None
     _expect_failure(rank, lambda: dist.all_reduce(t))
 
 
+def _failed_work(work) -> None:
+    """A work whose op failed inside the call (shm ops run there): it reads as
+    completed and unsuccessful, and its future (made on request) carries the same
+    error as wait(), which then raises it."""
+    assert work.is_completed() and not work.is_success(), "a failed op must read as completed, unsuccessful"
+    assert work.exception() is not None, "a failed op must hold its error"
+    try:
+        work.get_future().wait()
+    except Exception as err:  # noqa: BLE001
+        from_future = str(err).strip().splitlines()[0]
+    else:
+        raise AssertionError("the future of a failed op completed")
+    try:
+        work.wait()
+    except Exception as err:  # noqa: BLE001
+        assert str(err).strip().splitlines()[0] == from_future, (str(err), from_future)
+        raise
+    raise AssertionError("wait() of a failed op returned")
+
+
 def _mismatch(rank: int, world_size: int, store_path: str) -> None:
     _init(rank, world_size, store_path, 10.0)
     n = world_size
@@ -119,6 +140,8 @@ def _mismatch(rank: int, world_size: int, store_path: str) -> None:
             torch.zeros(n + (1 if rank == 0 else 0)), torch.ones(n),
             output_split_sizes=[1] * n if rank else [1, 2] + [1] * (n - 2), input_split_sizes=[1] * n,
         ),
+        lambda: _failed_work(dist.all_reduce(torch.ones(4 + rank), async_op=True)),  # sizes, through the Work
+        lambda: dist.all_reduce(torch.ones(4 + rank), op=dist.ReduceOp.AVG),  # sizes, under avg_via_sum's step
     ]
     for i, case in enumerate(cases):
         start = time.monotonic()
