@@ -81,7 +81,7 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
     // Peers compare the wire dtype (not the tensor's): a plain all_reduce of
     // the same tensor on another rank is a mismatch, not a silent mix.
     shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
-    descriptor.dtype = static_cast<int32_t>(wire.dtype);
+    descriptor.dtype = static_cast<int16_t>(wire.dtype);
     return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, t.nbytes());
   }
 

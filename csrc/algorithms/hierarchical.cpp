@@ -16,9 +16,12 @@ class CrossHostCheck {
     mine_.op_index = 0;  // engines count ops per host
     const bool rooted = c.type == c10d::OpType::BROADCAST || c.type == c10d::OpType::REDUCE ||
                         c.type == c10d::OpType::GATHER || c.type == c10d::OpType::SCATTER;
-    mine_.root = rooted ? static_cast<int32_t>(c.peer) : -1;
+    // The group root goes into the exchange whole; OpDescriptor's 16-bit root
+    // (a local rank in the engine) only names it in the error message.
+    const int64_t root = rooted ? c.peer : -1;
+    mine_.root = static_cast<int16_t>(root);
     at::Tensor encoded = at::tensor({static_cast<int64_t>(mine_.type), static_cast<int64_t>(mine_.dtype),
-                                     static_cast<int64_t>(mine_.reduce_op), static_cast<int64_t>(mine_.root),
+                                     static_cast<int64_t>(mine_.reduce_op), root,
                                      static_cast<int64_t>(mine_.input_bytes), static_cast<int64_t>(mine_.output_bytes)},
                                     at::kLong);
     inputs_ = {encoded};
@@ -39,10 +42,10 @@ class CrossHostCheck {
       if (at::equal(outputs_[0][h], mine)) continue;
       const auto* v = outputs_[0][h].data_ptr<int64_t>();
       shm::OpDescriptor theirs{};
-      theirs.type = static_cast<int32_t>(v[0]);
-      theirs.dtype = static_cast<int32_t>(v[1]);
-      theirs.reduce_op = static_cast<int32_t>(v[2]);
-      theirs.root = static_cast<int32_t>(v[3]);
+      theirs.type = static_cast<int16_t>(v[0]);
+      theirs.dtype = static_cast<int16_t>(v[1]);
+      theirs.reduce_op = static_cast<int16_t>(v[2]);
+      theirs.root = static_cast<int16_t>(v[3]);
       theirs.input_bytes = static_cast<uint64_t>(v[4]);
       theirs.output_bytes = static_cast<uint64_t>(v[5]);
       throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ",

@@ -56,12 +56,12 @@ void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::millise
                    std::chrono::steady_clock::time_point issued) {
   op_ = op;
   if (!broken_.empty()) FC_THROW_BACKEND_ERROR(op, "the shared-memory engine of this group failed earlier: ", broken_);
-  descriptor.op_index = op_index_++;
+  descriptor.op_index = static_cast<uint32_t>(op_index_++);
   descriptor_ = descriptor;
   descriptor_pending_ = true;
   timeout_ = timeout;
   deadline_ = issued + timeout;
-  next_pid_check_ = std::chrono::steady_clock::now() + kPidCheckInterval;
+  next_pid_check_ = issued + kPidCheckInterval;  // `issued` is recent enough; a clock read less per op
 }
 
 void Engine::start_use() {
@@ -86,7 +86,10 @@ void Engine::round() {
 }
 
 void Engine::post() {
-  segment_->control(local_rank_)->cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+  // Stored only when it changed: peers read this line, and a store would take it from them every round.
+  std::atomic<int32_t>& cpu = segment_->control(local_rank_)->cpu;
+  const int now_on = ::sched_getcpu();
+  if (cpu.load(std::memory_order_relaxed) != now_on) cpu.store(now_on, std::memory_order_relaxed);
   ++posted_;
   segment_->control(local_rank_)->posted.store(posted_, std::memory_order_seq_cst);
   // Dekker pairing with sleep_until: a sleeper increments `sleepers` before its

@@ -20,7 +20,7 @@
 namespace fastcomm::shm {
 
 constexpr uint64_t kMagic = 0x4d4d4f4354534146ull;  // "FASTCOMM" little-endian
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kControlBytes = 256;  // four cache lines per rank: no false sharing between ranks
 constexpr size_t kSlotAlignment = 4096;
@@ -31,12 +31,15 @@ constexpr int kBuffers = 2;  // uses of the data buffers alternate (see engine.h
 // (arena.h): that protocol must not meet another on the same op.
 constexpr int32_t kRootArena = -2;
 
-struct OpDescriptor {
-  uint64_t op_index;    // how many engine ops this rank ran before this one
-  int32_t type;         // c10d::OpType
-  int32_t dtype;        // c10::ScalarType (-1: none)
-  int32_t reduce_op;    // c10d::ReduceOp::RedOpType (-1: none)
-  int32_t root;         // root's local rank (-1: none)
+// Packed into 28 bytes so that a rank's `posted` and both of its descriptors
+// share one cache line (RankControl): a peer's round then fetches one line of
+// it, not two (8 B all_reduce on 2 ranks, C++ loop: 0.60-0.65 -> 0.54-0.59 us).
+struct __attribute__((packed, aligned(4))) OpDescriptor {
+  uint32_t op_index;    // how many engine ops this rank ran before this one, mod 2^32
+  int16_t type;         // c10d::OpType
+  int16_t dtype;        // c10::ScalarType (-1: none)
+  int16_t reduce_op;    // c10d::ReduceOp::RedOpType (-1: none)
+  int16_t root;         // root's local rank (-1: none; kRootArena)
   uint64_t input_bytes;
   uint64_t output_bytes;
 };
@@ -61,19 +64,21 @@ struct SegmentHeader {
 };
 
 struct RankControl {
+  // First cache line: what peers read every round.
   std::atomic<uint64_t> posted;   // rounds this rank has finished writing for (see engine.h)
-  int32_t pid;                    // for liveness checks by peers
-  std::atomic<int32_t> left;      // 1 once the rank shut its group down: peers still waiting for it stop
   OpDescriptor descriptor[kBuffers];  // the op whose first round used buffer b
+  // Second line: what peers read only while they wait long, or fail.
+  alignas(64) int32_t pid;        // for liveness checks by peers
+  std::atomic<int32_t> left;      // 1 once the rank shut its group down: peers still waiting for it stop
+  // The CPU this rank ran on when it last posted a round (sched_getcpu; 0
+  // before its first): an engine waiter that finds a rank it waits for on its
+  // own CPU stops spinning and yields (Engine::missing_rank_shares_cpu).
+  std::atomic<int32_t> cpu;
   // Point-to-point doorbell of this rank, on its own cache line: a peer that
   // changed a channel this rank reads or writes bumps `p2p_doorbell` and, when
   // `p2p_sleepers` > 0, wakes the futex on it (p2p_channels.cpp).
   alignas(64) std::atomic<uint32_t> p2p_doorbell;
   std::atomic<uint32_t> p2p_sleepers;
-  // The CPU this rank ran on when it last posted a round (sched_getcpu; 0
-  // before its first): an engine waiter that finds a rank it waits for on its
-  // own CPU stops spinning and yields (Engine::missing_rank_shares_cpu).
-  std::atomic<int32_t> cpu;
 };
 
 // Point-to-point channel geometry: a ring of kChannelSlots slots of
@@ -113,6 +118,9 @@ struct ChannelSlotHeader {
 constexpr size_t kChannelHeaderBytes = 64;
 constexpr size_t kChannelPayloadBytes = kChannelSlotBytes - kChannelHeaderBytes;
 
+static_assert(sizeof(OpDescriptor) == 28, "descriptor must stay packed (RankControl's first line)");
+static_assert(offsetof(RankControl, descriptor) + sizeof(RankControl::descriptor) <= 64,
+              "posted and the descriptors must share one cache line");
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes, "header must fit its page");
 static_assert(sizeof(RankControl) <= kControlBytes, "control block must fit its cache lines");
 static_assert(sizeof(ChannelControl) <= kChannelControlBytes, "channel control must fit its page");
