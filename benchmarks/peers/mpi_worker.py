@@ -1,6 +1,6 @@
 """One round of the peers' all_reduce under mpiexec (benchmarks/peers/run.py starts it).
 
-    mpiexec -n 2 python mpi_worker.py --sizes 8,1M --iters 50 --warmup 5
+    mpiexec -n 2 python mpi_worker.py --sizes 8,1M --iters 50 --warmup 5 --settle 0.2
 
 For each size: in-place float32 SUM Allreduce with mpi4py on numpy buffers;
 every sample is the library's own barrier (untimed) and one timed op; each
@@ -21,9 +21,19 @@ def main() -> None:
     p.add_argument("--sizes", required=True, help="bytes, comma-separated")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
+    # Settle (as torch_worker.py's _settle): untimed Allreduces of one float
+    # until rank 0 has seen --settle seconds pass.
+    flag = np.zeros(1, dtype=np.float32)
+    start = time.perf_counter()
+    while True:
+        flag[0] = 1.0 if rank == 0 and time.perf_counter() - start >= args.settle else 0.0
+        comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.SUM)
+        if flag[0] > 0:
+            break
     out = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         count = max(1, size // 4)

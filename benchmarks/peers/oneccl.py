@@ -1,7 +1,7 @@
 """oneCCL's CPU all_reduce for benchmarks/peers/run.py: build (setup.sh) and one round.
 
     python benchmarks/peers/oneccl.py --build                          # once (setup.sh runs it)
-    python benchmarks/peers/oneccl.py --nproc 2 --sizes 8,1M --iters 30 --warmup 5
+    python benchmarks/peers/oneccl.py --nproc 2 --sizes 8,1M --iters 30 --warmup 5 --settle 0.2
 
 oneCCL has no Python binding for this torch, so the peer is a small C++
 program (oneccl_worker.cpp: the same method as mpi_worker.py, through oneCCL's
@@ -66,12 +66,12 @@ def build() -> None:
     print(f"oneccl: {WORKER} (oneccl-cpu {VERSION})")
 
 
-def run_round(nproc: int, sizes: str, iters: int, warmup: int, timeout: float = 600) -> int:
+def run_round(nproc: int, sizes: str, iters: int, warmup: int, settle: float, timeout: float = 600) -> int:
     env = dict(os.environ, CCL_WORKER_OFFLOAD="0", CCL_ATL_TRANSPORT="ofi", CCL_LOCAL_SIZE=str(nproc),
                CCL_LOG_LEVEL="error", LD_LIBRARY_PATH=LIBFABRIC_DIR)
     with tempfile.TemporaryDirectory(prefix="fastcomm-oneccl-") as tmp:
         kvs = os.path.join(tmp, "kvs")
-        procs = [subprocess.Popen([WORKER, str(r), str(nproc), kvs, sizes, str(iters), str(warmup)],
+        procs = [subprocess.Popen([WORKER, str(r), str(nproc), kvs, sizes, str(iters), str(warmup), str(settle)],
                                   env=dict(env, CCL_LOCAL_RANK=str(r)), stdout=subprocess.PIPE if r == 0 else None,
                                   text=True) for r in range(nproc)]
         try:
@@ -93,6 +93,7 @@ def main() -> int:
     p.add_argument("--sizes", default="8")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     if args.build:
         build()
@@ -100,7 +101,7 @@ def main() -> int:
     reason = available()
     if reason:
         p.error(reason)
-    return run_round(args.nproc, args.sizes, args.iters, args.warmup)
+    return run_round(args.nproc, args.sizes, args.iters, args.warmup, args.settle)
 
 
 if __name__ == "__main__":

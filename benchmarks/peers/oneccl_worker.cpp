@@ -1,5 +1,5 @@
 // One rank of oneCCL's CPU all_reduce for benchmarks/peers (oneccl.py builds and starts it).
-//   oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP
+//   oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP SETTLE_SECONDS
 // Same method as mpi_worker.py: in-place float32 SUM allreduce; per sample
 // oneCCL's own barrier (untimed) and one timed op; each sample's slowest rank
 // (a MAX allreduce of all samples after the loop). Rank 0 prints
@@ -17,13 +17,14 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP\n");
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: oneccl_worker RANK SIZE KVS_FILE SIZES ITERS WARMUP SETTLE_SECONDS\n");
     return 2;
   }
   const int rank = std::atoi(argv[1]), size = std::atoi(argv[2]);
   const std::string kvs_file = argv[3];
   const int iters = std::atoi(argv[5]), warmup = std::atoi(argv[6]);
+  const double settle_seconds = std::atof(argv[7]);
   ccl::init();
   std::shared_ptr<ccl::kvs> kvs;
   if (rank == 0) {
@@ -46,6 +47,15 @@ int main(int argc, char** argv) {
     kvs = ccl::create_kvs(address);
   }
   auto comm = ccl::create_communicator(size, rank, kvs);
+  // Settle (as torch_worker.py's _settle): untimed allreduces of one float
+  // until rank 0 has seen SETTLE_SECONDS pass.
+  const auto settle_start = std::chrono::steady_clock::now();
+  for (float flag = 0.0f;;) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - settle_start).count();
+    flag = rank == 0 && waited >= settle_seconds ? 1.0f : 0.0f;
+    ccl::allreduce(&flag, &flag, 1, ccl::reduction::sum, comm).wait();
+    if (flag > 0.0f) break;
+  }
   std::string out = "{";
   std::stringstream sizes(argv[4]);
   for (std::string item; std::getline(sizes, item, ',');) {

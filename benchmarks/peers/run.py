@@ -51,7 +51,7 @@ def _busy() -> tuple[int, int]:
 def _commands(args) -> dict[str, list[str] | str]:
     """Library -> the command of one round, or why it is skipped."""
     common = ["--sizes", ",".join(str(s) for s in args.size_list), "--iters", str(args.iters),
-              "--warmup", str(args.warmup)]
+              "--warmup", str(args.warmup), "--settle", str(args.settle)]
     torch_worker = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--nproc", str(args.nproc), "--api", args.api,
                     *(["--pin"] if args.pin else [])]
     out: dict[str, list[str] | str] = {
@@ -134,6 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=30, help="samples per size per round")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--settle", type=float, default=0.2,
+                   help="seconds of untimed small all_reduces each job runs before its first size (scheduler placement settles)")
     p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="cpp",
                    help="how fastcomm and Gloo are called (torch_worker.py)")
     p.add_argument("--background-load", type=int, default=0, help="busy-loop processes running throughout")

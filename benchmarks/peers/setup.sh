@@ -25,4 +25,4 @@ if [ ! -d "$ds/deepspeed-0.19.8" ]; then
   tar -xzf "$ds/deepspeed-0.19.8.tar.gz" -C "$ds"
 fi
 "$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/deepspeed_shm.py"
-[ -x "$ROOT/.venv-peers-oneccl/oneccl_worker" ] || "$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/oneccl.py" --build
+[ "$ROOT/.venv-peers-oneccl/oneccl_worker" -nt "$ROOT/benchmarks/peers/oneccl_worker.cpp" ] || "$ROOT/.venv/bin/python" "$ROOT/benchmarks/peers/oneccl.py" --build

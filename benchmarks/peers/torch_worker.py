@@ -1,6 +1,6 @@
 """One round of a torch.distributed backend's all_reduce (benchmarks/peers/run.py starts it).
 
-    python torch_worker.py --backend fastcomm --nproc 2 --sizes 8,1M --iters 50 --warmup 5
+    python torch_worker.py --backend fastcomm --nproc 2 --sizes 8,1M --iters 50 --warmup 5 --settle 0.2
 
 The same method as mpi_worker.py: in-place float32 SUM all_reduce; each
 sample is the backend's own barrier (untimed) and one timed op; each sample's
@@ -28,6 +28,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
+def _settle(rank: int, seconds: float, all_reduce) -> None:
+    """Untimed all_reduces of one float until rank 0 has seen `seconds` pass
+    (it contributes 1 then, the others 0: every rank sees the same sum and stops
+    after the same op). Same in every worker (mpi_worker.py, oneccl_worker.cpp)."""
+    flag = torch.zeros(1)
+    start = time.perf_counter()
+    while True:
+        flag.fill_(1.0 if rank == 0 and time.perf_counter() - start >= seconds else 0.0)
+        all_reduce(flag)
+        if flag.item() > 0:
+            return
+
+
 def _rank(rank: int, args, store_path: str) -> None:
     import fastcomm  # noqa: F401  (registers the backend)
 
@@ -49,6 +62,10 @@ def _rank(rank: int, args, store_path: str) -> None:
     control = dist.new_group(backend="gloo")
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     n = args.nproc
+    if deepspeed:
+        _settle(rank, args.settle, lambda flag: torch.ops.deepspeed.inference_all_reduce_(flag))
+    else:
+        _settle(rank, args.settle, lambda flag: backend.allreduce([flag]).wait())
     out = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         count = max(1, size // 4)
@@ -94,6 +111,7 @@ def main() -> None:
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
     args.tag = str(20000 + os.getpid() % 40000)  # names deepspeed's shared memory
