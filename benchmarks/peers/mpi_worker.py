@@ -48,6 +48,7 @@ def main() -> None:
             t0 = time.perf_counter()
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
             mine[i] = time.perf_counter() - t0
+        comm.Barrier()  # untimed: no rank leaves while a peer still finishes its last op (see torch_worker.py)
         slowest = np.zeros(args.iters)
         comm.Reduce(mine, slowest, op=MPI.MAX, root=0)  # per sample, after the loop: nothing else between samples
         out[str(count * 4)] = slowest.tolist()

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
       ccl::allreduce(buf.data(), buf.data(), count, ccl::reduction::sum, comm).wait();
       mine[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    ccl::barrier(comm);  // untimed: no rank leaves while a peer still finishes its last op (see torch_worker.py)
     ccl::allreduce(mine.data(), mine.data(), iters, ccl::reduction::max, comm).wait();
     out += (out.size() > 1 ? ", \"" : "\"") + std::to_string(count * 4) + "\": [";
     for (int i = 0; i < iters; ++i) {

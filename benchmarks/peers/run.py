@@ -6,7 +6,11 @@
 
 Every library runs the same in-place float32 SUM all_reduce with the same
 method: per sample the library's own barrier (untimed), one timed op, the
-slowest rank (mpi_worker.py, torch_worker.py). Rounds are interleaved: round
+slowest rank (mpi_worker.py, torch_worker.py); one more untimed barrier after
+a size's samples (with more ranks than cores, a rank that went on to other
+work would hold the CPU from a peer finishing its last op: one time slice in
+that sample); each job first settles (--settle: a start where the scheduler
+puts two ranks on one CPU lasts ~20 ms). Rounds are interleaved: round
 k runs every library once, in an order that rotates, so a noisy moment hits
 all of them alike. Each library's run records how much CPU other processes
 used meanwhile (the machine's busy time from /proc/stat less the job's own),

@@ -95,6 +95,7 @@ def _rank(rank: int, args, store_path: str) -> None:
                 t0 = time.perf_counter()
                 op()
                 samples.append(time.perf_counter() - t0)
+            barrier()  # untimed: no rank leaves while a peer still finishes its last op (bench_samples does too)
             mine = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
         out[str(count * 4)] = mine.tolist()

@@ -102,6 +102,10 @@ void bind_bench_loop(py::module& m) {
           launch_once(*backend, op, input, output)->wait();
           sample = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
+        // Untimed: no rank leaves while a peer still finishes its last op. With
+        // more ranks than cores, a rank that went on to other work would hold
+        // the CPU (a whole time slice, ~0.5 ms) from a peer finishing that op.
+        backend->barrier()->wait();
         return seconds;
       },
       py::arg("backend"), py::arg("c10d_op"), py::arg("input"), py::arg("output"), py::arg("iters"),
