@@ -29,9 +29,13 @@ class Options:
     shm_async_min_bytes: int = -1
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
-    # made. Off by default: it steadies ranks that outnumber the cores, but a
-    # bound rank cannot escape a busy neighbour. Measured: docs/algorithms.md.
-    shm_bind_cpus: bool = False
+    # made: 1 always, -1 ("auto" in the environment) where the host's ranks are
+    # exactly as many as the CPUs they may use (one each; resolve_bind_cpus), 0
+    # never. Off by default: torch's stack leaves affinity to the user, and a
+    # DDP step measured the same bound. Not auto where ranks outnumber CPUs (a
+    # bound rank cannot escape a busy neighbour) or CPUs outnumber ranks (a
+    # rank's intra-op threads may use them). Measured: docs/algorithms.md.
+    shm_bind_cpus: int = 0
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
@@ -72,6 +76,24 @@ def _flag(name: str, default: bool) -> bool:
     return raw == "1"
 
 
+def _bind_mode(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    modes = {"0": 0, "1": 1, "auto": -1}
+    if raw not in modes:
+        raise ValueError(f"fastcomm: environment variable {name} must be 0, 1 or auto, got {raw!r}")
+    return modes[raw]
+
+
+def resolve_bind_cpus(value: int, local_ranks: int, cpus: int) -> bool:
+    """FASTCOMM_SHM_BIND_CPUS as given (1, 0), or its automatic value (-1): bind
+    where the host's ranks are as many as the CPUs they may use, so each gets one."""
+    if value >= 0:
+        return value == 1
+    return local_ranks > 1 and local_ranks == cpus
+
+
 def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
     """FASTCOMM_SHM_ASYNC_MIN_BYTES as given, or its automatic value (-1): the op
     queue only where each local rank has a second core for its thread (with one
@@ -108,7 +130,7 @@ def read_options() -> Options:
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),  # -1: auto
-        shm_bind_cpus=_flag("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
+        shm_bind_cpus=_bind_mode("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),

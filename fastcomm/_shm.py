@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from fastcomm import _C
 from fastcomm._gloo import make_gloo
-from fastcomm._options import Options
+from fastcomm._options import Options, resolve_bind_cpus
 
 _PREFIX = "fastcomm/shm/"
 
@@ -112,6 +112,22 @@ def _bind_to_cpu(local_rank: int) -> None:
         except ProcessLookupError:  # the thread ended meanwhile
             pass
     _cpus_before_binding = cpus
+    os.register_at_fork(after_in_child=_unbind_forked_child)
+
+
+def _unbind_forked_child() -> None:
+    """In a child forked from a bound rank (a DataLoader worker): the CPUs the
+    rank had before binding. The binding is for the rank's own waits, not for
+    its helpers. (Children started by exec, e.g. multiprocessing's spawn, keep
+    the binding, as under Open MPI or taskset.)"""
+    global _cpus_before_binding
+    if _cpus_before_binding is None:
+        return
+    try:
+        os.sched_setaffinity(0, _cpus_before_binding)
+    except OSError:  # CPUs taken away meanwhile (cgroup): keep what the child has
+        return
+    _cpus_before_binding = None
 
 
 def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: _Clock) -> _C.ShmEngine:
@@ -165,7 +181,7 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         if rank == 0:
             warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
         return ShmPlan()
-    if options.shm_bind_cpus and len(local) > 1:
+    if len(local) > 1 and resolve_bind_cpus(options.shm_bind_cpus, len(local), len(usable_cpus())):
         _bind_to_cpu(local_rank)
     if len(hosts) == 1:
         return ShmPlan(engine=engine)

@@ -22,7 +22,7 @@ struct Config {
   int64_t shm_slot_bytes = 0;
   int64_t shm_oneshot_max_bytes = 0;
   int64_t shm_async_min_bytes = 0;
-  bool shm_bind_cpus = false;  // used in Python only (fastcomm/_shm.py binds at set-up)
+  int64_t shm_bind_cpus = 0;  // used in Python only (fastcomm/_shm.py binds at set-up)
   int64_t pipeline_piece_bytes = 0;
   int64_t p2p_single_copy_bytes = 0;
   int64_t ranks_per_host = 0;

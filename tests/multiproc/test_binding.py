@@ -5,3 +5,12 @@ import checks_binding as checks
 def test_ranks_bound_by_local_rank(pool_of):
     for world_size in (2, 3):  # 3: more ranks than this machine's 2 CPUs, two share one
         pool_of(world_size, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.bound_by_local_rank)
+
+
+def test_auto_binds_only_where_ranks_match_cpus(pool_of):
+    for world_size in (2, 3):  # on this machine's 2 CPUs: bound, then not
+        pool_of(world_size, (("FASTCOMM_SHM_BIND_CPUS", "auto"),)).run(checks.auto_binds_where_ranks_match_cpus)
+
+
+def test_forked_child_is_not_bound(pool_of):
+    pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.forked_child_gets_the_cpus_back)

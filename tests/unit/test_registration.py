@@ -58,7 +58,7 @@ def test_shared_memory_options(monkeypatch):
         False, 65536, 0, 2)
     for name, bad, message in [
         ("FASTCOMM_SHM", "yes", "FASTCOMM_SHM must be 0 or 1, got 'yes'"),
-        ("FASTCOMM_SHM_BIND_CPUS", "2", "FASTCOMM_SHM_BIND_CPUS must be 0 or 1, got '2'"),
+        ("FASTCOMM_SHM_BIND_CPUS", "2", "FASTCOMM_SHM_BIND_CPUS must be 0, 1 or auto, got '2'"),
         ("FASTCOMM_SHM_SLOT_BYTES", "4095", "FASTCOMM_SHM_SLOT_BYTES must be an integer >= 4096"),
         ("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "-1", "FASTCOMM_SHM_ONESHOT_MAX_BYTES must be a non-negative integer"),
         ("FASTCOMM_RANKS_PER_HOST", "two", "FASTCOMM_RANKS_PER_HOST must be a non-negative integer"),
@@ -119,7 +119,7 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_bind_cpus=True, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_bind_cpus=-1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
@@ -140,6 +140,22 @@ def test_async_threshold_is_automatic_unless_given():
     assert resolve_async_min_bytes(-1, local_ranks=1, cores=2) == 1 << 20
     assert resolve_async_min_bytes(0, local_ranks=1, cores=64) == 0
     assert resolve_async_min_bytes(4096, local_ranks=8, cores=2) == 4096
+
+
+def test_binding_modes(monkeypatch):
+    from fastcomm._options import resolve_bind_cpus
+
+    assert Options().shm_bind_cpus == 0  # off
+    for raw, mode in (("auto", -1), ("0", 0), ("1", 1), ("", 0)):
+        monkeypatch.setenv("FASTCOMM_SHM_BIND_CPUS", raw)
+        assert read_options().shm_bind_cpus == mode, raw
+    # auto: one CPU per rank exactly; never a lone rank, never more ranks or more CPUs
+    assert resolve_bind_cpus(-1, local_ranks=2, cpus=2)
+    assert resolve_bind_cpus(-1, local_ranks=8, cpus=8)
+    assert not resolve_bind_cpus(-1, local_ranks=3, cpus=2)
+    assert not resolve_bind_cpus(-1, local_ranks=2, cpus=4)
+    assert not resolve_bind_cpus(-1, local_ranks=1, cpus=1)
+    assert resolve_bind_cpus(1, local_ranks=3, cpus=2) and not resolve_bind_cpus(0, local_ranks=2, cpus=2)
 
 
 def test_single_rank_group_with_explicit_store():
