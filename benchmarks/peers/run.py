@@ -10,7 +10,7 @@ slowest rank (mpi_worker.py, torch_worker.py); one more untimed barrier after
 a size's samples (with more ranks than cores, a rank that went on to other
 work would hold the CPU from a peer finishing its last op: one time slice in
 that sample); each job first settles (--settle: a start where the scheduler
-puts two ranks on one CPU lasts ~20 ms). Rounds are interleaved: round
+puts two ranks on one CPU usually lasts ~20 ms; now and then a whole job). Rounds are interleaved: round
 k runs every library once, in an order that rotates, so a noisy moment hits
 all of them alike. Each library's run records how much CPU other processes
 used meanwhile (the machine's busy time from /proc/stat less the job's own),
