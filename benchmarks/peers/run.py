@@ -10,9 +10,9 @@ slowest rank (mpi_worker.py, torch_worker.py); one more untimed barrier after
 a size's samples (with more ranks than cores, a rank that went on to other
 work would hold the CPU from a peer finishing its last op: one time slice in
 that sample); each job first settles (--settle: a start where the scheduler
-puts two ranks on one CPU usually lasts ~20 ms; now and then a whole job). Rounds are interleaved: round
-k runs every library once, in an order that rotates, so a noisy moment hits
-all of them alike. Each library's run records how much CPU other processes
+puts two ranks on one CPU usually lasts ~20 ms; now and then a whole job).
+Rounds are interleaved: round k runs every library once, in an order that
+rotates, so a noisy moment hits all of them alike. Each library's run records how much CPU other processes
 used meanwhile (the machine's busy time from /proc/stat less the job's own),
 so a noisy run shows. The table gives each library's median over
 all samples of all rounds, its spread (90th / 10th percentile) and the ratio
