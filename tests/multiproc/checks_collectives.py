@@ -22,6 +22,27 @@ def all_reduce(rank, world_size):
                 assert_equal(t, expected, f"all_reduce {dtype} {op} {shape}")
 
 
+def all_reduce_through_the_backend_object(rank, world_size):
+    """The latency path README's "Small messages from Python" names: the backend
+    object's allreduce (no torch wrapper or dispatcher), default SUM and an
+    explicit op, its Work and its future."""
+    backend = fastcomm.fastcomm_backend()
+    for op in (None, R.MAX, R.AVG):
+        t = rank_input(rank, (5,), torch.float32)
+        if op is None:
+            work = backend.allreduce([t])
+        else:
+            options = dist.AllreduceOptions()
+            options.reduceOp = op
+            work = backend.allreduce([t], options)
+        work.wait()
+        want = reduce_reference([rank_input(r, (5,), torch.float32) for r in range(world_size)], op or R.SUM,
+                                torch.float32)
+        assert_equal(t, want, f"backend.allreduce {op}")
+        assert work.is_completed() and work.is_success()
+        assert_equal(work.get_future().wait()[0], want, f"backend.allreduce {op} future")
+
+
 def all_reduce_layouts(rank, world_size):
     """Empty, non-contiguous, channels_last and large tensors."""
     empty = torch.empty(0, 3)

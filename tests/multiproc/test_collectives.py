@@ -6,6 +6,7 @@ CHECKS = [
     checks.all_reduce,
     checks.all_reduce_layouts,
     checks.all_reduce_async,
+    checks.all_reduce_through_the_backend_object,
     checks.broadcast,
     checks.reduce,
     checks.all_gather,
