@@ -106,13 +106,13 @@ bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
 }
 
 bool FastcommWork::wait(std::chrono::milliseconds timeout) {
-  // The grace is a backstop only: a self-timed op fails at its own deadline.
-  constexpr std::chrono::milliseconds kSelfTimedGrace(1000);
-  const auto limit = timeout != kNoTimeout ? timeout : launched_.self_timed ? timeout_ + kSelfTimedGrace : timeout_;
-  if (launched_.finished) {
+  if (launched_.finished) {  // nothing to wait for, so no limit to work out
     if (launched_.error) std::rethrow_exception(launched_.error);
     return true;
   }
+  // The grace is a backstop only: a self-timed op fails at its own deadline.
+  constexpr std::chrono::milliseconds kSelfTimedGrace(1000);
+  const auto limit = timeout != kNoTimeout ? timeout : launched_.self_timed ? timeout_ + kSelfTimedGrace : timeout_;
   if (launched_.driver) return launched_.driver->wait(limit);
   return launched_.future ? wait_future(limit) : wait_works(limit);
 }
