@@ -1,7 +1,6 @@
 #include "transport/shm/p2p_channels.h"
 
 #include <sched.h>
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include <c10/util/irange.h>
 
 #include "core/errors.h"
+#include "transport/shm/cross_memory.h"
 #include "transport/shm/waiting.h"
 
 namespace fastcomm::shm {
@@ -268,15 +268,8 @@ bool P2pChannels::write_chunks(int dst, const OpPtr& op, uint64_t& written) {
 }
 
 bool P2pChannels::read_single_copy(const ChannelSlotHeader& header, char* destination) {
-  size_t done = 0;
-  while (done < header.message_bytes) {
-    struct iovec local {destination + done, header.message_bytes - done};
-    struct iovec remote {reinterpret_cast<void*>(header.address + done), header.message_bytes - done};
-    const ssize_t n = ::process_vm_readv(header.pid, &local, 1, &remote, 1, 0);
-    if (n <= 0) return false;  // EPERM (ptrace rules), ENOSYS, ESRCH: the sender sends it again through the ring
-    done += static_cast<size_t>(n);
-  }
-  return true;
+  // A refusal (ptrace rules, another pid namespace): the sender sends it again through the ring.
+  return read_process_memory(header.pid, header.address, destination, header.message_bytes);
 }
 
 bool P2pChannels::receive_from(int src, Finished& finished) {
