@@ -17,10 +17,39 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/allreduce_shm_twoshot.h"
 #include "algorithms/registry.h"
-#include "algorithms/shm_common.h"
 
 namespace fastcomm {
+
+void run_allreduce_twoshot(shm::Engine& engine, const ShmReduction& r) {
+  const size_t total = r.total, element = r.element;
+  const int n = engine.local_size(), me = engine.local_rank();
+  const size_t chunk = engine.slot_bytes() / element * element;
+  std::vector<const void*> slices(n);
+  size_t offset = 0;
+  do {
+    const size_t len = std::min(chunk, total - offset);
+    const int64_t count = static_cast<int64_t>(len / element);
+    const size_t mine_begin = slice_begin(count, n, me) * element;
+    const size_t mine_end = slice_begin(count, n, me + 1) * element;
+    engine.start_use();
+    char* my_slot = engine.my_slot();
+    copy_bytes(my_slot, r.data + offset, mine_begin);
+    copy_bytes(my_slot + mine_end, r.data + offset + mine_end, len - mine_end);
+    engine.round();
+    for (int q = 0; q < n; ++q) slices[q] = (q == me ? r.data + offset : engine.slot_of(q)) + mine_begin;
+    reduce_into_both(r.dtype, r.kind, slices.data(), n, my_slot + mine_begin, r.data + offset + mine_begin,
+                     static_cast<int64_t>((mine_end - mine_begin) / element), element);
+    engine.round();
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;  // already in the tensor (reduce_into_both)
+      const size_t begin = slice_begin(count, n, q) * element, end = slice_begin(count, n, q + 1) * element;
+      copy_bytes(r.data + offset + begin, engine.slot_of(q) + begin, end - begin);
+    }
+    offset += len;
+  } while (offset < total);
+}
 
 namespace {
 
@@ -40,37 +69,10 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const size_t total = r.total, element = r.element;
     // By value: the body may run after launch returned (the tensor stays alive with the queued collective).
-    auto body = [&engine, r, total, element]() {
-      const int n = engine.local_size(), me = engine.local_rank();
-      const size_t chunk = engine.slot_bytes() / element * element;
-      std::vector<const void*> slices(n);
-      size_t offset = 0;
-      do {
-        const size_t len = std::min(chunk, total - offset);
-        const int64_t count = static_cast<int64_t>(len / element);
-        const size_t mine_begin = slice_begin(count, n, me) * element;
-        const size_t mine_end = slice_begin(count, n, me + 1) * element;
-        engine.start_use();
-        char* my_slot = engine.my_slot();
-        copy_bytes(my_slot, r.data + offset, mine_begin);
-        copy_bytes(my_slot + mine_end, r.data + offset + mine_end, len - mine_end);
-        engine.round();
-        for (int q = 0; q < n; ++q) slices[q] = (q == me ? r.data + offset : engine.slot_of(q)) + mine_begin;
-        reduce_into_both(r.dtype, r.kind, slices.data(), n, my_slot + mine_begin, r.data + offset + mine_begin,
-                         static_cast<int64_t>((mine_end - mine_begin) / element), element);
-        engine.round();
-        for (int q = 0; q < n; ++q) {
-          if (q == me) continue;  // already in the tensor (reduce_into_both)
-          const size_t begin = slice_begin(count, n, q) * element, end = slice_begin(count, n, q + 1) * element;
-          copy_bytes(r.data + offset + begin, engine.slot_of(q) + begin, end - begin);
-        }
-        offset += len;
-      } while (offset < total);
-    };
-    const shm::OpDescriptor descriptor = shm_describe(c, total, total, -1);
-    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, total);
+    auto body = [&engine, r]() { run_allreduce_twoshot(engine, r); };
+    const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, -1);
+    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);
   }
 
  private:
