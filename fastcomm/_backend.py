@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from fastcomm import _C, _shm
 from fastcomm._gloo import make_gloo
-from fastcomm._options import Options, read_options, resolve_async_min_bytes
+from fastcomm._options import Options, read_options, resolve_async_min_bytes, resolve_single_copy_min_bytes
 
 BACKEND_NAME = "fastcomm"
 
@@ -42,8 +42,10 @@ def make_config(options: Options, plan: _shm.ShmPlan, cuda_unavailable_reason: s
     for field in dataclasses.fields(options):
         setattr(config, field.name, getattr(options, field.name))
     local_ranks = plan.engine.local_size if plan.engine is not None else 1
-    config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks,
-                                                         len(_shm.usable_cpus()))
+    cpus = len(_shm.usable_cpus())
+    config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks, cpus)
+    config.shm_allreduce_single_copy_min_bytes = resolve_single_copy_min_bytes(
+        options.shm_allreduce_single_copy_min_bytes, local_ranks, cpus)
     config.host_of_rank = plan.host_of_rank
     config.cuda_unavailable_reason = cuda_unavailable_reason
     return config

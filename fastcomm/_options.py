@@ -27,6 +27,15 @@ class Options:
     # 1 MiB where the host has two cores per local rank (the thread has a core
     # to run on), else 0 (resolve_async_min_bytes). Measured: docs/algorithms.md.
     shm_async_min_bytes: int = -1
+    # all_reduce on one host of an ordinary tensor (not from the arena) of
+    # min..max bytes reads the peers' tensors in place with process_vm_readv
+    # (allreduce_shm_single_copy: one copy instead of two-shot's two; where the
+    # kernel refuses, the group goes on with two-shot). 0: off. -1 (unset): 4 MiB
+    # where the host's ranks are at most as many as its CPUs, else off (with more
+    # ranks than cores it measured slower; resolve_single_copy_min_bytes).
+    # Measured: docs/algorithms.md.
+    shm_allreduce_single_copy_min_bytes: int = -1
+    shm_allreduce_single_copy_max_bytes: int = 32 << 20
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment) where the host's ranks are
@@ -103,6 +112,14 @@ def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
     return 1 << 20 if cores >= 2 * local_ranks else 0
 
 
+def resolve_single_copy_min_bytes(value: int, local_ranks: int, cpus: int) -> int:
+    """FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES as given, or its automatic value
+    (-1): 4 MiB where every local rank has a CPU of its own, else 0 (off)."""
+    if value >= 0:
+        return value
+    return 4 << 20 if local_ranks <= cpus else 0
+
+
 def _interfaces() -> str:
     """FASTCOMM_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME: names that this host's interfaces have."""
     for name in ("FASTCOMM_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
@@ -130,6 +147,12 @@ def read_options() -> Options:
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),  # -1: auto
+        shm_allreduce_single_copy_min_bytes=_int_at_least(  # -1: auto
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", Options.shm_allreduce_single_copy_min_bytes, 0
+        ),
+        shm_allreduce_single_copy_max_bytes=_int_at_least(
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", Options.shm_allreduce_single_copy_max_bytes, 0
+        ),
         shm_bind_cpus=_bind_mode("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),

@@ -36,6 +36,9 @@ std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::s
                                                     int64_t async_min_bytes);
 // max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
+// all_reduce of [min_bytes, max_bytes] (min 0: off) read from peers' tensors in one copy (process_vm_readv).
+std::unique_ptr<Algorithm> make_allreduce_shm_single_copy(ShmTopology topology, int64_t min_bytes, int64_t max_bytes,
+                                                          int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_reduce_shm(ShmTopology topology);

@@ -97,6 +97,68 @@ def all_reduce_async(rank, world_size):
         assert_equal(x, ref, f"in flight {i}")
 
 
+def large_all_reduce_single_copy(rank, world_size):
+    """all_reduce read from the peers' tensors (allreduce_shm_single_copy) where
+    the group's config turns it on: sizes from its minimum to its maximum, slices
+    of several pieces (512 KiB) and odd element counts, every reduce op on a few
+    dtypes, each exact and bitwise the same on every rank; one element past the
+    maximum and arena tensors take their own algorithms. Where it is off, large
+    ordinary tensors go to two-shot."""
+    backend = fastcomm.fastcomm_backend()
+    used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
+    names = backend.algorithm_names()
+    if "allreduce_shm_twoshot" not in names:
+        return  # no engine for the whole group: nothing of this here
+    low, high = backend.config.shm_allreduce_single_copy_min_bytes, backend.config.shm_allreduce_single_copy_max_bytes
+    if low == 0:
+        before = used("allreduce_shm_twoshot")
+        t = torch.ones((4 << 20) // 4 + 1)
+        dist.all_reduce(t)
+        assert used("allreduce_shm_twoshot") == before + 1 and torch.equal(t, torch.full_like(t, float(world_size)))
+        return
+    assert names.index("allreduce_shm_single_copy") < names.index("allreduce_shm_twoshot"), names
+    before, calls = used("allreduce_shm_single_copy"), 0
+    for dtype, numel in ((torch.float32, max(low // 4, 1_200_007 // world_size)), (torch.bfloat16, low // 2 + 3),
+                         (torch.int64, high // 8), (torch.int8, low + 1)):
+        for op in ops_for(dtype):
+            t = rank_input(rank, (numel,), dtype)
+            dist.all_reduce(t, op=op)
+            calls += 1
+            expected = reduce_reference([rank_input(r, (numel,), dtype) for r in range(world_size)], op, dtype)
+            assert_equal(t, expected, f"single-copy all_reduce {dtype} {op} of {numel}")
+    # distinct values everywhere: a piece or slice read from the wrong place shows
+    numel = high // 8 - 3
+    t = torch.arange(numel, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(t)
+    calls += 1
+    assert torch.equal(t, torch.arange(numel, dtype=torch.float64) * (world_size * (world_size + 1) // 2))
+    everyone = [torch.empty_like(t) for _ in range(world_size)]
+    dist.all_gather(everyone, t)
+    assert all(torch.equal(e, t) for e in everyone), "results differ between ranks"
+    # async: Work and future
+    t = rank_input(rank, (low // 4 + 5,), torch.float32)
+    work = dist.all_reduce(t, async_op=True)
+    calls += 1
+    got = work.get_future().wait()[0]
+    work.wait()
+    expected = reduce_reference([rank_input(r, (low // 4 + 5,), torch.float32) for r in range(world_size)], R.SUM,
+                                torch.float32)
+    assert_equal(got, expected, "single-copy future")
+    assert_equal(t, expected, "single-copy async in place")
+    assert used("allreduce_shm_single_copy") == before + calls, (calls, backend.algorithm_counts())
+    # one element past the maximum: two-shot; arena tensors: the arena's algorithm
+    twoshot, arena = used("allreduce_shm_twoshot"), used("allreduce_shm_arena")
+    t = torch.ones(high // 4 + 1)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full_like(t, float(world_size)))
+    a = backend.allocate_tensor(low // 4, torch.float32)
+    a.fill_(rank + 1)
+    dist.all_reduce(a)
+    assert torch.equal(a, torch.full_like(a, float(world_size * (world_size + 1) // 2)))
+    assert (used("allreduce_shm_twoshot"), used("allreduce_shm_arena")) == (twoshot + 1, arena + 1), backend.algorithm_counts()
+    assert used("allreduce_shm_single_copy") == before + calls
+
+
 def broadcast(rank, world_size):
     for dtype in DTYPES:
         for root in range(world_size):

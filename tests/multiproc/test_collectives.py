@@ -7,6 +7,7 @@ CHECKS = [
     checks.all_reduce_layouts,
     checks.all_reduce_async,
     checks.all_reduce_through_the_backend_object,
+    checks.large_all_reduce_single_copy,
     checks.broadcast,
     checks.reduce,
     checks.all_gather,
@@ -38,3 +39,15 @@ def test_collective(topology_ranks, check):
 def test_all_reduce_without_allgather_path(ranks_no_allgather, check):
     """FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES=0: every all_reduce goes to Gloo's own algorithm."""
     ranks_no_allgather.run(check)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_single_copy_all_reduce(pool_of, world_size):
+    """allreduce_shm_single_copy from 256 KiB (above one-shot) to 4 MiB; by default
+    it starts at 4 MiB where ranks have a CPU each, so ws3 and ws4 would not see
+    it here. 2 ranks run it on the op queue too."""
+    env = (("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", str(256 << 10)),
+           ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", str(4 << 20)))
+    if world_size == 2:
+        env += (("FASTCOMM_SHM_ASYNC_MIN_BYTES", "65536"),)
+    pool_of(world_size, env).run(checks.large_all_reduce_single_copy)

@@ -196,12 +196,15 @@ def test_p2p_size_mismatch_fails_both_sides(tmp_path):
     assert text.count("group works") == 3, text
 
 
-def test_p2p_single_copy_refused_falls_back_to_the_ring(tmp_path):
+def test_single_copy_refused_falls_back(tmp_path):
     """A receiver that may not read its sender's memory gets every message
-    through the ring instead (exact), and the other direction keeps single copy."""
+    through the ring instead (exact), and the other direction keeps single copy;
+    all_reduce goes to two-shot on both ranks (exact); a group that read its
+    peer in one copy before fails its next all_reduce on both ranks, naming the
+    refused read, within seconds."""
     store_dir = tempfile.mkdtemp(prefix="fastcomm-p2p-")  # not under pytest's 0700 folders: nobody writes here
     try:
-        out = subprocess.run([sys.executable, os.path.join(PROGRAMS, "p2p_single_copy_refused.py"), store_dir],
+        out = subprocess.run([sys.executable, os.path.join(PROGRAMS, "single_copy_refused.py"), store_dir],
                              capture_output=True, text=True, timeout=150, cwd=tmp_path)
     finally:
         shutil.rmtree(store_dir, ignore_errors=True)
@@ -211,5 +214,12 @@ def test_p2p_single_copy_refused_falls_back_to_the_ring(tmp_path):
     assert stats[0]["sent"] == 3 and stats[0]["sent_single_copy"] == 0, stats  # rank 1 could not read rank 0
     assert stats[1]["single_copy_refused"] == 1, stats  # refused once; later messages went through the ring
     assert stats[1]["sent"] == 3 and stats[1]["sent_single_copy"] == 3, stats  # rank 0 reads rank 1 in one copy
+    counts = {int(r): json.loads(s) for r, s in re.findall(r"ALLREDUCE (\d) (.*)", out.stdout)}
+    for rank in (0, 1):  # the first found the refusal (two-shot's steps inside), the second went to two-shot
+        assert counts[rank]["allreduce_shm_single_copy"] == 1 and counts[rank]["allreduce_shm_twoshot"] == 1, counts
+    later = dict(re.findall(r"REFUSED_LATER (\d) (.*)", out.stdout))
+    assert re.search(r"DistBackendError: .*cannot read rank 0's tensor \(process_vm_readv: Operation not permitted\)",
+                     later["1"]), later
+    assert later["0"].startswith("DistBackendError: ") and "rank 1" in later["0"], later
     threads = re.findall(r"THREADS (\d) (\d+) (\d+)", out.stdout)
     assert len(threads) == 2 and all(before == after for _, before, after in threads), text  # no thread left

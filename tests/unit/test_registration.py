@@ -76,6 +76,10 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."),
     ("FASTCOMM_SHM_ASYNC_MIN_BYTES", "shm_async_min_bytes", -1, 0, "1.5",
      "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5."),
+    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", "shm_allreduce_single_copy_min_bytes", -1, 0, "-1",
+     "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1."),
+    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", 32 << 20, 1 << 30, "x",
+     "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
     monkeypatch.delenv(name, raising=False)
@@ -119,7 +123,8 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_bind_cpus=-1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
+                      shm_allreduce_single_copy_max_bytes=19, shm_bind_cpus=-1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
@@ -140,6 +145,18 @@ def test_async_threshold_is_automatic_unless_given():
     assert resolve_async_min_bytes(-1, local_ranks=1, cores=2) == 1 << 20
     assert resolve_async_min_bytes(0, local_ranks=1, cores=64) == 0
     assert resolve_async_min_bytes(4096, local_ranks=8, cores=2) == 4096
+
+
+def test_single_copy_threshold_is_automatic_unless_given():
+    """-1 (unset): single-copy all_reduce from 4 MiB where every local rank has
+    a CPU of its own, else off; a given value (0: off) is kept."""
+    from fastcomm._options import resolve_single_copy_min_bytes
+
+    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=2) == 4 << 20
+    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=16) == 4 << 20
+    assert resolve_single_copy_min_bytes(-1, local_ranks=4, cpus=2) == 0  # measured slower oversubscribed
+    assert resolve_single_copy_min_bytes(0, local_ranks=2, cpus=2) == 0
+    assert resolve_single_copy_min_bytes(4096, local_ranks=8, cpus=2) == 4096
 
 
 def test_binding_modes(monkeypatch):
