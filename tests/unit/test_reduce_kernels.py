@@ -57,7 +57,7 @@ def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
     if op.startswith("b") and dtype.is_floating_point:
         pytest.skip("bitwise ops are for integer types")
     generator = torch.Generator().manual_seed(hash((str(dtype), op)) % 1000)
-    for n in (1, 2, 3, 5):
+    for n in (1, 2, 3, 4, 5):  # 2-4: the one-pass loop (reduce_direct), 5: the accumulator
         for count in COUNTS:
             sources = _sources(dtype, n, count, op, generator)
             out = torch.empty(count, dtype=dtype)
@@ -66,11 +66,19 @@ def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
 
 
 def test_output_may_alias_a_source(isa):
-    a = torch.arange(1025, dtype=torch.float32)
-    b = torch.full((1025,), 0.5)
-    expected = a + b + a
-    _C.reduce_buffers([a, b, a.clone()], a, "sum")
-    assert torch.equal(a, expected)
+    """dst == a source, element for element (two-shot and single copy reduce in place), for
+    each way of reducing: 2, 3, 4 sources one pass, 5 the accumulator, min/max too."""
+    for n in (2, 3, 4, 5):
+        for op, dtype in (("sum", torch.float32), ("max", torch.float32), ("sum", torch.bfloat16), ("max", torch.int64)):
+            a = torch.arange(1025).to(dtype)
+            others = [torch.full((1025,), 0.5 + k).to(dtype) for k in range(n - 1)]
+            expected = _reference([a] + others, op)
+            _C.reduce_buffers([a] + others, a, op)
+            _assert_bitwise(a, expected)
+            b = torch.arange(1025).to(dtype)  # the output is the last source
+            expected = _reference(others + [b], op)
+            _C.reduce_buffers(others + [b], b, op)
+            _assert_bitwise(b, expected)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -78,12 +86,13 @@ def test_min_max_propagate_nan_and_sums_round_once(isa, dtype):
     nan = torch.tensor([float("nan"), 1.0, 2.0] * 11, dtype=dtype)
     one = torch.ones(33, dtype=dtype)
     for op in ("min", "max"):
-        out = torch.empty(33, dtype=dtype)
-        _C.reduce_buffers([one, nan], out, op)
-        # NaN payloads may differ from torch's (every rank runs the same kernel,
-        # so ranks still agree bitwise); values and NaN positions must match.
-        assert torch.allclose(out, _reference([one, nan], op), rtol=0, atol=0, equal_nan=True)
-        assert out[::3].isnan().all()
+        for sources in ([one, nan], [nan, one], [one, one, nan], [nan, one, one, one, one]):
+            out = torch.empty(33, dtype=dtype)
+            _C.reduce_buffers(sources, out, op)
+            # NaN payloads may differ from torch's (every rank runs the same kernel,
+            # so ranks still agree bitwise); values and NaN positions must match.
+            assert torch.allclose(out, _reference(sources, op), rtol=0, atol=0, equal_nan=True)
+            assert out[::3].isnan().all()
     if dtype in (torch.bfloat16, torch.float16):
         # 1 + 2^-9 + ... rounded per step would lose every small term; in float32
         # they add up to a value the half type can represent.

@@ -5,8 +5,8 @@
 // i < count, always in that order, so every rank that reduces the same buffers
 // gets bitwise the same result. float16/bfloat16 accumulate in float32 and are
 // rounded once (to nearest even; NaN stays NaN). MIN/MAX propagate NaN as
-// torch.minimum/maximum do. dst may alias any source (each element is read
-// before it is written). Torch-free: raw pointers and c10::ScalarType only.
+// torch.minimum/maximum do. dst may be any source, element for element (each
+// element is read before it is written), not a shifted view of one. Torch-free: raw pointers and c10::ScalarType only.
 //
 // Which (dtype, kind) pairs are implemented is decided in core/support.h
 // (cpu_kernels_reduce); anything else throws.
