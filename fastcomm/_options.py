@@ -35,6 +35,7 @@ class Options:
     # ranks than cores it measured slower; resolve_single_copy_min_bytes).
     # Measured: docs/algorithms.md.
     shm_allreduce_single_copy_min_bytes: int = -1
+    # ... up to this many bytes; above it two-shot, whose chunks stay in cache, measured faster.
     shm_allreduce_single_copy_max_bytes: int = 32 << 20
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
