@@ -39,6 +39,7 @@
 #include "algorithms/registry.h"
 #include "kernels/cpu/reduce.h"
 #include "transport/shm/cross_memory.h"
+#include "transport/shm/waiting.h"
 
 namespace fastcomm {
 
@@ -170,14 +171,20 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
     }
   }
 
+  // A peer that died meanwhile is named as the engine's waits name one (ESRCH:
+  // its memory is gone); any other failure quotes the kernel.
   static void read_or_fail(shm::Engine& engine, const SingleCopyTensorRef& peer, int local_rank, size_t offset,
                            char* into, size_t bytes) {
-    if (!shm::read_process_memory(static_cast<int>(peer.pid), peer.address + offset, into, bytes)) {
-      const int error = errno;
-      engine.abort_op(c10::str("cannot read rank ", engine.group_rank_of(local_rank),
-                               "'s tensor (process_vm_readv: ", std::strerror(error),
-                               "); it was readable when the group's first large all_reduce asked"));
+    const int pid = static_cast<int>(peer.pid);
+    if (shm::read_process_memory(pid, peer.address + offset, into, bytes)) return;
+    const int error = errno;
+    const int them = engine.group_rank_of(local_rank), me = engine.group_rank_of(engine.local_rank());
+    if (error == ESRCH || !shm::process_alive(pid)) {
+      engine.abort_op(c10::str("rank ", them, " (pid ", pid, ") on this host exited while rank ", me,
+                               " read its tensor"));
     }
+    engine.abort_op(c10::str("cannot read rank ", them, "'s tensor (process_vm_readv: ", std::strerror(error),
+                             "); it was readable when the group's first large all_reduce asked"));
   }
 
   int64_t min_bytes_, max_bytes_, async_min_bytes_;

@@ -19,6 +19,11 @@ dead_other_host: 4 ranks as 2 hosts of 2; rank 3 (host 1, not its leader)
             kills itself instead of joining an all_reduce; every live rank,
             host 0's included, must name it within the group timeout (5 s)
             plus a second.
+dead_peer_single_copy: 2 ranks loop over all_reduce of 16 MiB (read from the
+            peer in one copy, allreduce_shm_single_copy) and rank 1 SIGKILLs
+            itself from another thread in the middle of one; rank 0 must raise
+            DistBackendError naming it within the group timeout (10 s), whether
+            it was waiting for rank 1 or reading its tensor at that moment.
 p2p_dead_peer / p2p_silent_peer / p2p_left_peer: as above, but the last rank
             misses a send: rank 0 waits in recv from it (2 ranks, shared-memory
             channels); rank 0 must raise naming it (dead: within the timeout,
@@ -34,6 +39,7 @@ import datetime
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -105,6 +111,21 @@ def _missing_peer(rank: int, world_size: int, store_path: str, how: str) -> None
     if rank == world_size - 1:
         _vanish(how)
     _expect_failure(rank, lambda: dist.all_reduce(t))
+
+
+def _dead_peer_single_copy(rank: int, world_size: int, store_path: str) -> None:
+    _init(rank, world_size, store_path, 10.0)
+    t = torch.ones(4 << 20)  # 16 MiB: single copy on 2 ranks with a CPU each (FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_*)
+    dist.all_reduce(t)
+    assert fastcomm.fastcomm_backend().algorithm_counts().get("allreduce_shm_single_copy") == 1
+    if rank == world_size - 1:
+        threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+
+    def loop():
+        for _ in range(10_000):  # ~2 ms each: far longer than the timer
+            dist.all_reduce(t)
+
+    _expect_failure(rank, loop)
 
 
 def _failed_work(work) -> None:
@@ -236,6 +257,8 @@ def _rank(rank: int, scenario: str, world_size: int, store_path: str) -> None:
         _mismatch_hosts(rank, world_size, store_path)
     elif scenario == "mismatch":
         _mismatch(rank, world_size, store_path)
+    elif scenario == "dead_peer_single_copy":
+        _dead_peer_single_copy(rank, world_size, store_path)
     else:
         how = {"dead_peer": "kill", "silent_peer": "sleep", "left_peer": "leave"}[scenario]
         _missing_peer(rank, world_size, store_path, how)
