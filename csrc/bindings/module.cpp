@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
 #include <torch/extension.h>
 
 #include "algorithms/flat_buffer.h"
@@ -120,12 +121,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "receiver read in one copy, and single-copy reads this rank's receives were refused.")
       .def(
           "allocate_tensor",
-          [](ProcessGroupFastcomm& pg, int64_t numel, at::ScalarType dtype) {
-            return pg.allocateTensor(numel, at::TensorOptions().dtype(dtype));
+          [](ProcessGroupFastcomm& pg, int64_t numel, at::ScalarType dtype, std::optional<at::Device> device) {
+            at::TensorOptions options = at::TensorOptions().dtype(dtype);
+            if (device) options = options.device(*device);  // allocateTensor refuses anything but CPU
+            return pg.allocateTensor(numel, options);
           },
-          py::arg("numel"), py::arg("dtype") = at::kFloat,
-          "A 1-D CPU tensor of `numel` zeros in this rank's shared-memory arena (groups on one host): all_reduce "
-          "reads it in place on the other ranks when every rank passes one (allreduce_shm_arena).")
+          py::arg("numel"), py::arg("dtype") = at::kFloat, py::arg("device") = py::none(),
+          "A 1-D CPU tensor of `numel` zeros in this rank's shared-memory arena (groups on one host): all_reduce, "
+          "all_gather and reduce_scatter_tensor read it in place on the other ranks when every rank passes one "
+          "(allreduce_shm_arena, allgather_shm_arena, reduce_scatter_shm_arena). Takes torch's Backend.allocate_tensor "
+          "keywords (dtype, device), as FSDP2 passes them.")
       .def(
           "arena_stats",
           [](const ProcessGroupFastcomm& pg) -> py::object {
