@@ -1,12 +1,17 @@
-"""all_reduce of arena tensors (read in place by the peers) against ordinary
+"""Collectives on arena tensors (read in place by the peers) against ordinary
 tensors on the same fastcomm group, and Gloo, side by side in one run.
 
-float32 SUM through dist.all_reduce; per size one checked call each (exact
-inputs), then alternating rounds (fastcomm/bench/harness.py), median of the
-slowest rank; busbw with all_reduce's nccl-tests factor 2(n-1)/n.
+float32 SUM through torch.distributed: all_reduce (default), all_gather_single
+(in place, as FSDP2 calls it: the input is this rank's block of the output) or
+reduce_scatter_single; per size one checked call each (exact inputs), then
+alternating rounds (fastcomm/bench/harness.py), median of the slowest rank. A
+size is the whole buffer (all_reduce's tensor, all_gather's output,
+reduce_scatter's input), as nccl-tests counts it; busbw with its factor
+(fastcomm/bench/collectives.py).
 
     python benchmarks/arena_vs_ordinary.py                 # 2 ranks, 64 KiB .. 256 MiB
     python benchmarks/arena_vs_ordinary.py --nproc 4 --sizes 1M,16M
+    python benchmarks/arena_vs_ordinary.py --collective all_gather
 """
 from __future__ import annotations
 
@@ -18,9 +23,34 @@ import torch
 import torch.distributed as dist
 
 from fastcomm.bench.cli import parse_size
+from fastcomm.bench.collectives import COLLECTIVES
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
 
 DEFAULT_SIZES = "64K,1M,4M,16M,64M,256M"
+
+
+def _collective(kind: str, buffer: torch.Tensor, rank: int, nproc: int, block: int, group):
+    """Checks one call of `kind` on `buffer` (the whole buffer, as nccl-tests sizes it) and
+    returns the call to time."""
+    pattern = lambda r, n: (torch.arange(n, dtype=torch.float32) % 7) + r  # noqa: E731
+    if kind == "all_reduce":
+        buffer.copy_(pattern(rank, buffer.numel()))
+        dist.all_reduce(buffer, group=group)
+        want = (torch.arange(buffer.numel(), dtype=torch.float32) % 7) * nproc + nproc * (nproc - 1) // 2
+        assert torch.equal(buffer, want), "all_reduce is wrong"
+        return lambda: dist.all_reduce(buffer, group=group)
+    if kind == "all_gather":
+        mine = buffer[rank * block:(rank + 1) * block]
+        mine.copy_(pattern(rank, block))
+        dist.all_gather_single(buffer, mine, group=group)
+        assert torch.equal(buffer, torch.cat([pattern(r, block) for r in range(nproc)])), "all_gather is wrong"
+        return lambda: dist.all_gather_single(buffer, mine, group=group)
+    out = torch.empty(block)
+    buffer.copy_(pattern(rank, buffer.numel()))
+    dist.reduce_scatter_single(out, buffer, group=group)
+    want = sum(pattern(r, buffer.numel()) for r in range(nproc))[rank * block:(rank + 1) * block]
+    assert torch.equal(out, want), "reduce_scatter is wrong"
+    return lambda: dist.reduce_scatter_single(out, buffer, group=group)
 
 
 def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
@@ -33,16 +63,16 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     backend = fastcomm.fastcomm_backend()
     rows = []
     for size in args.size_list:
-        count = max(1, size // 4)
-        mine = (torch.arange(count, dtype=torch.float32) % 7) + rank
-        want = (torch.arange(count, dtype=torch.float32) % 7) * nproc + nproc * (nproc - 1) // 2
-        tensors = {"arena": backend.allocate_tensor(count), "ordinary": torch.empty(count), "gloo": torch.empty(count)}
+        count = max(1, size // 4)  # float32 elements of the whole buffer; gather and scatter: whole blocks
+        if args.collective != "all_reduce":
+            count = max(nproc, count // nproc * nproc)
+        block = count // nproc
         groups = {"arena": None, "ordinary": None, "gloo": gloo}
-        for name, t in tensors.items():
-            t.copy_(mine)
-            dist.all_reduce(t, group=groups[name])
-            assert torch.equal(t, want), f"{name} all_reduce of {size} B is wrong"
-        timers = {name: timer_of(lambda t=t, g=groups[name]: dist.all_reduce(t, group=g)) for name, t in tensors.items()}
+        calls = {}
+        for name in groups:
+            buffer = backend.allocate_tensor(count) if name == "arena" else torch.empty(count)
+            calls[name] = _collective(args.collective, buffer, rank, nproc, block, groups[name])
+        timers = {name: timer_of(call) for name, call in calls.items()}
         medians = alternating_rounds(timers, gloo, rounds=args.rounds, seconds=args.seconds, max_iters=args.max_iters,
                                      warmup_calls=args.warmup, align=lambda: dist.barrier())
         rows.append((count * 4, medians))
@@ -55,13 +85,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_round_arguments(p, seconds=1.0, max_iters=1000, warmup=3)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated sizes in bytes (K, M, G suffixes)")
+    p.add_argument("--collective", choices=["all_reduce", "all_gather", "reduce_scatter"], default="all_reduce")
     args = p.parse_args(argv)
     args.size_list = [parse_size(s) for s in args.sizes.split(",")]
     if args.nproc < 2:
         p.error("need --nproc >= 2")
     rows = spawn_ranks(_rank, args.nproc, args)
-    factor = 2 * (args.nproc - 1) / args.nproc
-    print(f"# all_reduce sum float32, {args.nproc} ranks on one host, dist API; median of {args.rounds}"
+    factor = COLLECTIVES[args.collective].bus_factor(args.nproc)
+    print(f"# {args.collective} sum float32, {args.nproc} ranks on one host, dist API; median of {args.rounds}"
           " alternating rounds, slowest rank; busbw GB/s")
     print(f"{'bytes':>12} {'arena us':>10} {'ordinary us':>12} {'gloo us':>10} {'arena bw':>9} {'ord bw':>8}"
           f" {'gloo bw':>8} {'ord/arena':>9} {'gloo/arena':>10}")

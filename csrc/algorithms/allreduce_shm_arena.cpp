@@ -16,22 +16,15 @@
 // must pass an arena tensor: the descriptor says so (root = kRootArena), so a
 // rank that passes an ordinary tensor makes the op fail on every rank with
 // "ranks disagree" instead of mixing protocols.
-#include <cstring>
 #include <vector>
 
 #include "algorithms/registry.h"
-#include "algorithms/shm_common.h"
+#include "algorithms/shm_arena_common.h"
 #include "kernels/cpu/reduce.h"
-#include "transport/shm/arena.h"
 
 namespace fastcomm {
 
 namespace {
-
-struct ArenaTensorRef {
-  shm::BlockRef block;
-  uint64_t offset;
-};
 
 class AllreduceShmArena final : public ShmAlgorithm {
  public:
@@ -44,39 +37,18 @@ class AllreduceShmArena final : public ShmAlgorithm {
 
   bool accepts(const Collective& c) const override {
     return c.type == c10d::OpType::ALLREDUCE && topology_.single_host() && shm_reduces_one_tensor(c) &&
-           arena_->find(c.inputs[0].data_ptr(), c.inputs[0].nbytes()).has_value();
+           find_arena_tensor(*arena_, c.inputs[0].data_ptr(), c.inputs[0].nbytes()).has_value();
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    const auto [block, offset] = *arena_->find(r.data, r.total);
-    const ArenaTensorRef mine{block, offset};
+    const ArenaTensorRef mine = *find_arena_tensor(*arena_, r.data, r.total);
     // By value (the engine excepted, which outlives its queued ops): a queued
     // op may run after this algorithm, and the backend, are gone.
-    auto body = [&engine, arena = arena_, ops = ops_, r, mine]() {
+    auto body = [&engine, arena = arena_, r, mine]() {
       const int n = engine.local_size(), me = engine.local_rank();
-      const uint64_t op = ++*ops;
-      engine.start_use();
-      std::memcpy(engine.my_slot(), &mine, sizeof(mine));
-      engine.round();
-      std::vector<const char*> tensors(n);
-      for (int q = 0; q < n; ++q) {
-        if (q == me) {
-          tensors[q] = r.data;
-          continue;
-        }
-        ArenaTensorRef theirs;
-        std::memcpy(&theirs, engine.slot_of(q), sizeof(theirs));
-        if (theirs.offset + r.total > theirs.block.bytes) {
-          engine.abort_op(c10::str("local rank ", q, "'s arena tensor does not fit its block"));
-        }
-        try {
-          tensors[q] = arena->peer_block(q, theirs.block, op) + theirs.offset;
-        } catch (const c10::Error& e) {
-          engine.abort_op(e.what_without_backtrace());
-        }
-      }
+      const std::vector<const char*> tensors = exchange_arena_tensors(engine, *arena, mine, r.data, r.total);
       const int64_t count = static_cast<int64_t>(r.total / r.element);
       std::vector<const void*> slices(n);
       const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
@@ -98,8 +70,6 @@ class AllreduceShmArena final : public ShmAlgorithm {
  private:
   std::shared_ptr<shm::Arena> arena_;
   int64_t async_min_bytes_;
-  // Arena all_reduces run (counted under the engine's op mutex): ages peers' mappings.
-  std::shared_ptr<uint64_t> ops_ = std::make_shared<uint64_t>(0);
 };
 
 }  // namespace

@@ -31,6 +31,9 @@ std::unique_ptr<Algorithm> make_reinterpret_dtype();
 std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes);
 
 // Shared memory among the ranks of one host (registered when the whole group is on one host).
+// all_gather / reduce_scatter_tensor of inputs in the arena, read in place (shm_arena_common.h).
+std::unique_ptr<Algorithm> make_allgather_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena);
+std::unique_ptr<Algorithm> make_reduce_scatter_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena);
 // all_reduce of tensors in the ranks' arenas (allocateTensor), read in place.
 std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
                                                     int64_t async_min_bytes);

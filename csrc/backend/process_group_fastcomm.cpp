@@ -62,7 +62,9 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_allreduce_shm_twoshot(topology, config_.shm_async_min_bytes));
     dispatcher_.add(make_broadcast_shm(topology));
     dispatcher_.add(make_reduce_shm(topology));
+    dispatcher_.add(make_allgather_shm_arena(topology, arena_));
     dispatcher_.add(make_allgather_shm(topology));
+    dispatcher_.add(make_reduce_scatter_shm_arena(topology, arena_));
     dispatcher_.add(make_reduce_scatter_shm(topology));
     dispatcher_.add(make_alltoall_shm(topology));
     dispatcher_.add(make_barrier_shm(topology));

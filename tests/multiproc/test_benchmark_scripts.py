@@ -109,15 +109,20 @@ def test_ddp_training_prints_every_configuration_and_a_plot(tmp_path):
     assert svg.startswith("<svg") and svg.count("<rect") >= 2 * 6 + 6, svg[:200]
 
 
-def test_arena_vs_ordinary_prints_a_row_per_size():
+@pytest.mark.parametrize("collective, sizes, expected", [("all_reduce", "8,4K", [8, 4096]),
+                                                       ("all_gather", "12,6K", [12, 6144]),
+                                                       ("reduce_scatter", "12,6K", [12, 6144])])
+def test_arena_vs_ordinary_prints_a_row_per_size(collective, sizes, expected):
+    """Each collective's run checks its results itself (exact inputs) before timing."""
     out = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, "arena_vs_ordinary.py"), "--nproc", "3", "--sizes", "8,4K",
-         "--seconds", "0.02", "--rounds", "1", "--warmup", "1"],
+        [sys.executable, os.path.join(BENCHMARKS, "arena_vs_ordinary.py"), "--nproc", "3", "--sizes", sizes,
+         "--seconds", "0.02", "--rounds", "1", "--warmup", "1", "--collective", collective],
         capture_output=True, text=True, timeout=240,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith(f"# {collective} sum float32, 3 ranks"), out.stdout
     rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s", out.stdout, re.M)
-    assert [int(r[0]) for r in rows] == [8, 4096] and all(float(x) > 0 for r in rows for x in r[1:]), out.stdout
+    assert [int(r[0]) for r in rows] == expected and all(float(x) > 0 for r in rows for x in r[1:]), out.stdout
 
 
 @pytest.mark.parametrize("api", ["cpp", "process_group"])

@@ -15,6 +15,7 @@
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -48,8 +49,13 @@ class Arena {
   std::shared_ptr<Block> allocate(size_t bytes);
   // The live block of this rank holding [ptr, ptr + bytes), and ptr's offset in it.
   std::optional<std::pair<BlockRef, size_t>> find(const void* ptr, size_t bytes) const;
-  // Peer `local_rank`'s block `ref`, mapped read-only (cached). `op` counts the
-  // caller's arena collectives: mappings idle for kPeerMappingIdleOps are dropped.
+  // Counts this group's arena collectives (every algorithm that reads peers'
+  // blocks calls it once per op): returns the new op's number for peer_block.
+  uint64_t begin_collective() {
+    return collectives_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  // Peer `local_rank`'s block `ref`, mapped read-only (cached). `op` is the
+  // caller's begin_collective(): mappings idle for kPeerMappingIdleOps are dropped.
   const char* peer_block(int local_rank, const BlockRef& ref, uint64_t op);
   // Live blocks of this rank, and peers' blocks mapped here (tests, stats).
   size_t live_blocks() const;
@@ -66,6 +72,7 @@ class Arena {
   };
 
   mutable std::mutex mutex_;
+  std::atomic<uint64_t> collectives_{0};
   uint64_t next_serial_ = 1;
   std::map<uintptr_t, std::weak_ptr<Block>> blocks_;                            // by base address
   std::map<std::pair<int, uint64_t>, std::unique_ptr<PeerMapping>> peers_;  // by (local rank, serial)
