@@ -11,6 +11,7 @@ step on the same batch, before timing (same math, different reduction order:
 a tolerance, stated below).
 
     python benchmarks/fsdp2_vs_gloo.py                          # 2 local ranks
+    python benchmarks/fsdp2_vs_gloo.py --arena                  # fastcomm's comm buffers from its arena
     python benchmarks/fsdp2_vs_gloo.py --nproc 4 --ranks-per-host 2
     torchrun --nnodes 2 --nproc-per-node 2 ... benchmarks/fsdp2_vs_gloo.py   # real hosts (benchmarks/multihost.py)
 """
@@ -33,7 +34,9 @@ def _model(width: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(layers)])
 
 
-def _sharded(group: dist.ProcessGroup, width: int, layers: int):
+def _sharded(group: dist.ProcessGroup, width: int, layers: int, from_group: bool = False):
+    """The model sharded over `group`; `from_group`: FSDP2 asks the group's backend
+    for its all_gather / reduce_scatter buffers (fastcomm: its arena on one host)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -42,6 +45,9 @@ def _sharded(group: dist.ProcessGroup, width: int, layers: int):
     for layer in model:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    if from_group:
+        for module in [*model, model]:  # per FSDP module: each has its own buffers
+            module.set_allocate_memory_from_process_group_for_comm(True)
     return model, torch.optim.SGD(model.parameters(), lr=1e-3)
 
 
@@ -57,7 +63,8 @@ def _rank(rank: int, nproc: int, store, args) -> dict:
     rank, nproc = dist.get_rank(), dist.get_world_size()
     groups = {"fastcomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     control = dist.new_group(backend="gloo")
-    models = {name: _sharded(group, args.width, args.layers) for name, group in groups.items()}
+    models = {name: _sharded(group, args.width, args.layers, args.arena and name == "fastcomm")
+              for name, group in groups.items()}
     generator = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=generator)
 
@@ -95,6 +102,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--ranks-per-host", type=int, default=0,
                    help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts")
+    p.add_argument("--arena", action="store_true",
+                   help="fastcomm's FSDP2 modules take their communication buffers from the group "
+                        "(set_allocate_memory_from_process_group_for_comm: its arena on one host)")
     p.add_argument("--json", help="also write the result as JSON here (rank 0)")
     args = p.parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
@@ -107,7 +117,8 @@ def main(argv=None) -> int:
         result = spawn_ranks(_rank, args.nproc, args)
     mib = result["params"] * 4 / 2**20
     print(f"# FSDP2 step, {args.layers} x Linear({args.width}) ({mib:.0f} MiB of float32 parameters), "
-          f"batch {args.batch} per rank, {result['nproc']} ranks; median of {args.rounds} alternating rounds, slowest rank")
+          f"batch {args.batch} per rank, {result['nproc']} ranks{', fastcomm buffers from its arena' if args.arena else ''}; "
+          f"median of {args.rounds} alternating rounds, slowest rank")
     print(f"{'fastcomm ms':>12} {'gloo ms':>10} {'ratio':>7} {'max rel diff':>13}")
     print(f"{result['fastcomm_s'] * 1e3:>12.1f} {result['gloo_s'] * 1e3:>10.1f} "
           f"{result['gloo_s'] / result['fastcomm_s']:>7.2f} {result['worst_relative_difference']:>13.2e}")

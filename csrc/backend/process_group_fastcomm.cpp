@@ -106,8 +106,15 @@ at::Tensor ProcessGroupFastcomm::allocateTensor(long size, at::TensorOptions opt
   const size_t bytes = static_cast<size_t>(size) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   std::shared_ptr<shm::Arena::Block> block = arena_->allocate(bytes);
   void* data = block->base;
-  // The tensor holds the block: its memory is unmapped when the tensor (and every view) is gone.
-  return at::from_blob(data, {size}, [block](void*) mutable { block.reset(); }, options);
+  // The tensor holds the block: when the tensor (and every view) is gone it goes back to the
+  // arena (idle, for the next allocation) or, with the group gone, is unmapped.
+  return at::from_blob(
+      data, {size},
+      [block, arena = std::weak_ptr<shm::Arena>(arena_)](void*) mutable {
+        if (auto owner = arena.lock()) owner->release(std::move(block));
+        block.reset();
+      },
+      options);
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFastcomm::getBackendOptions() {

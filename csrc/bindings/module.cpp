@@ -137,10 +137,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             if (!pg.arena()) return py::none();
             py::dict d;
             d["blocks"] = pg.arena()->live_blocks();
+            d["idle_blocks"] = pg.arena()->idle_blocks();
             d["peer_mappings"] = pg.arena()->peer_mappings();
             return d;
           },
-          "This rank's arena (None when the group has none): its live blocks, and peers' blocks it maps.")
+          "This rank's arena (None when the group has none): blocks held by tensors, idle blocks kept for the "
+          "next allocation, and peers' blocks it maps.")
       .def(
           "all_reduce_low_precision",
           [](ProcessGroupFastcomm& pg, const at::Tensor& tensor, at::ScalarType dtype, double scale, double limit,

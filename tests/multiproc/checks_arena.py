@@ -175,11 +175,18 @@ def memory_returned_with_group(rank, world_size):
     t.fill_(rank)
     dist.all_reduce(t, group=group)
     assert torch.equal(t, torch.full((1 << 20,), float(world_size * (world_size - 1) // 2)))
-    assert backend.arena_stats() == {"blocks": 1, "peer_mappings": world_size - 1}
+    assert backend.arena_stats() == {"blocks": 1, "idle_blocks": 0, "peer_mappings": world_size - 1}
     assert _arena_mappings() == before + world_size
     del t
     gc.collect()
-    assert backend.arena_stats()["blocks"] == 0
+    assert backend.arena_stats()["blocks"] == 0 and backend.arena_stats()["idle_blocks"] == 1  # kept for reuse
+    again = backend.allocate_tensor(1 << 20)  # the idle block, zeroed
+    assert torch.count_nonzero(again) == 0 and backend.arena_stats()["idle_blocks"] == 0
+    assert _arena_mappings() == before + world_size  # no new block, no new mapping on a peer
+    dist.all_reduce(again, group=group)
+    assert backend.arena_stats()["peer_mappings"] == world_size - 1  # the peers' blocks came back too
+    del again
+    gc.collect()
     dist.barrier(group=group)  # no peer reads this rank's block any more
     dist.destroy_process_group(group)
     del group, backend

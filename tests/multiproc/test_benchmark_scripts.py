@@ -59,11 +59,14 @@ def test_sync_convergence_prints_every_configuration():
     assert ratio[("teacher", "full 4")] == 4.0 and ratio[("markov", "full 4")] == 4.0, out.stdout
 
 
-def test_fsdp2_vs_gloo_prints_both_step_times():
-    """Two simulated hosts: FSDP2's all_gather and reduce_scatter run hierarchical;
-    both copies agree after one step (the script exits 1 otherwise)."""
+@pytest.mark.parametrize("layout", [["--nproc", "4", "--ranks-per-host", "2"], ["--nproc", "2", "--arena"]],
+                         ids=["two-hosts", "arena"])
+def test_fsdp2_vs_gloo_prints_both_step_times(layout):
+    """Two simulated hosts (FSDP2's all_gather and reduce_scatter run hierarchical), and
+    one host with fastcomm's buffers in its arena: both copies agree after one step (the
+    script exits 1 otherwise)."""
     out = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, "fsdp2_vs_gloo.py"), "--nproc", "4", "--ranks-per-host", "2",
+        [sys.executable, os.path.join(BENCHMARKS, "fsdp2_vs_gloo.py"), *layout,
          "--layers", "2", "--width", "64", "--batch", "4", "--seconds", "0.1", "--rounds", "1", "--warmup", "1"],
         capture_output=True, text=True, timeout=240,
     )

@@ -124,7 +124,7 @@ struct BitXorOp {
 // Two to four sources: one pass that loads each element of every source,
 // folds them in source order and stores the result once. In L2 it runs 30%
 // faster than the accumulator below (2 sources of 512 KiB: 10 against 14 us),
-// beyond L2 the same; a 2-rank all_reduce 7-8% faster at 1 and 16 MiB
+// beyond L2 the same; a 2-rank all_reduce 8-17% faster at 1-64 MiB
 // (docs/algorithms.md "Reduction loops"). ivdep: dst may be one of the
 // sources, element for element, which carries nothing from one iteration to
 // the next; without it GCC vectorizes only behind an overlap test that fails

@@ -32,8 +32,23 @@ Arena::PeerMapping::~PeerMapping() {
 }
 
 std::shared_ptr<Arena::Block> Arena::allocate(size_t bytes) {
+  const size_t need = whole_pages(bytes);
+  std::shared_ptr<Block> reused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = idle_.lower_bound(need);
+    if (it != idle_.end() && it->first <= 2 * need) {
+      reused = std::move(it->second);
+      idle_bytes_ -= reused->bytes;
+      idle_.erase(it);
+    }
+  }
+  if (reused) {
+    std::memset(reused->base, 0, bytes);
+    return reused;
+  }
   auto block = std::make_shared<Block>();
-  block->bytes = whole_pages(bytes);
+  block->bytes = need;
   block->fd = create_shared_file("fastcomm-arena", block->bytes, "fastcomm allocate_tensor");
   void* base = ::mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->fd, 0);
   TORCH_CHECK(base != MAP_FAILED, "fastcomm allocate_tensor: mmap of ", block->bytes, " bytes failed: ",
@@ -86,11 +101,28 @@ const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) 
   return static_cast<const char*>(mapping->base);
 }
 
+void Arena::release(std::shared_ptr<Block> block) {
+  std::shared_ptr<Block> freed;  // unmapped after the lock is let go
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!block) return;
+  if (idle_bytes_ + block->bytes <= kIdleBytesMax) {
+    idle_bytes_ += block->bytes;
+    idle_.emplace(block->bytes, std::move(block));
+  } else {
+    freed = std::move(block);
+  }
+}
+
 size_t Arena::live_blocks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t n = 0;
   for (const auto& [address, block] : blocks_) n += !block.expired();
-  return n;
+  return n - idle_.size();
+}
+
+size_t Arena::idle_blocks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return idle_.size();
 }
 
 size_t Arena::peer_mappings() const {

@@ -45,8 +45,15 @@ class Arena {
     ~Block();
   };
 
-  // A zero-filled block of at least `bytes` (whole pages).
+  // A block of at least `bytes` (whole pages) whose first `bytes` are zero: an
+  // idle one of this arena when one fits (at most twice the size), else a new one.
   std::shared_ptr<Block> allocate(size_t bytes);
+  // A block its tensor no longer uses: kept idle for a later allocate while the
+  // idle blocks stay within kIdleBytesMax, else freed. FSDP2 allocates its
+  // buffers per collective: a new block each time would cost a new file, page
+  // faults and a new mapping on every peer (its step ran 2x slower); an idle
+  // block keeps its serial, so the peers' mappings of it stay valid.
+  void release(std::shared_ptr<Block> block);
   // The live block of this rank holding [ptr, ptr + bytes), and ptr's offset in it.
   std::optional<std::pair<BlockRef, size_t>> find(const void* ptr, size_t bytes) const;
   // Counts this group's arena collectives (every algorithm that reads peers'
@@ -57,11 +64,13 @@ class Arena {
   // Peer `local_rank`'s block `ref`, mapped read-only (cached). `op` is the
   // caller's begin_collective(): mappings idle for kPeerMappingIdleOps are dropped.
   const char* peer_block(int local_rank, const BlockRef& ref, uint64_t op);
-  // Live blocks of this rank, and peers' blocks mapped here (tests, stats).
+  // Blocks of this rank held by tensors, idle ones, and peers' blocks mapped here (tests, stats).
   size_t live_blocks() const;
+  size_t idle_blocks() const;
   size_t peer_mappings() const;
 
   static constexpr uint64_t kPeerMappingIdleOps = 64;
+  static constexpr size_t kIdleBytesMax = size_t{256} << 20;
 
  private:
   struct PeerMapping {
@@ -75,6 +84,8 @@ class Arena {
   std::atomic<uint64_t> collectives_{0};
   uint64_t next_serial_ = 1;
   std::map<uintptr_t, std::weak_ptr<Block>> blocks_;                            // by base address
+  std::multimap<size_t, std::shared_ptr<Block>> idle_;                          // by size
+  size_t idle_bytes_ = 0;
   std::map<std::pair<int, uint64_t>, std::unique_ptr<PeerMapping>> peers_;  // by (local rank, serial)
 };
 
