@@ -52,8 +52,7 @@ class AllgatherShmArena final : public ShmAlgorithm {
       for (int q = 0; q < n; ++q) {
         if (q != me || outputs[q] != input) copy_bytes(outputs[q], inputs[q], bytes);
       }
-      engine.start_use();  // writes nothing: the round says nobody reads this rank's input any more
-      engine.round();
+      shm_empty_round(engine);  // nobody returns while a peer may still read its input
     });
   }
 

@@ -60,8 +60,7 @@ class AllreduceShmArena final : public ShmAlgorithm {
         const int64_t b = slice_begin(count, n, q), e = slice_begin(count, n, q + 1);
         copy_bytes(r.data + b * r.element, tensors[q] + b * r.element, (e - b) * r.element);
       }
-      engine.start_use();  // a buffer use spans at most two rounds; this one writes nothing
-      engine.round();
+      shm_empty_round(engine);  // nobody returns while a peer may still read its tensor
     };
     const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, shm::kRootArena);
     return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);

@@ -119,8 +119,7 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
       if (!everyone) return run_allreduce_twoshot(engine, r);
     }
     reduce_own_slice(engine, peers, r, state.pieces);
-    engine.start_use();  // writes nothing: the round says every slice is reduced and read
-    engine.round();
+    shm_empty_round(engine);  // every slice is reduced, and nobody reads its input any more
     const int64_t count = static_cast<int64_t>(r.total / r.element);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -128,8 +127,7 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
       const size_t end = static_cast<size_t>(slice_begin(count, n, q + 1)) * r.element;
       read_or_fail(engine, peers[q], q, begin, r.data + begin, end - begin);
     }
-    engine.start_use();  // writes nothing: the round says nobody reads this rank's tensor any more
-    engine.round();
+    shm_empty_round(engine);  // nobody returns while a peer may still read its tensor
   }
 
   // The probe: one element of every peer's tensor (where pids are not this

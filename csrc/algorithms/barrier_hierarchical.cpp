@@ -23,10 +23,7 @@ class BarrierHierarchical final : public HierarchicalAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    auto one_round = [&]() {
-      engine.start_use();
-      engine.round();
-    };
+    auto one_round = [&]() { shm_empty_round(engine); };
     HierarchicalSteps steps;
     steps.inside_before = one_round;
     steps.among_leaders = [&]() {

@@ -20,10 +20,7 @@ class BarrierShm final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    return shm_run(engine, c, shm_describe(c, 0, 0, -1), [&]() {
-      engine.start_use();
-      engine.round();
-    });
+    return shm_run(engine, c, shm_describe(c, 0, 0, -1), [&]() { shm_empty_round(engine); });
   }
 };
 

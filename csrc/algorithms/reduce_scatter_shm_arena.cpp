@@ -50,8 +50,7 @@ class ReduceScatterShmArena final : public ShmAlgorithm {
       std::vector<const void*> sources(n);
       for (int q = 0; q < n; ++q) sources[q] = inputs[q] + me * block;
       kernels::reduce(dtype, kind, sources.data(), n, byte_ptr(output), static_cast<int64_t>(block / element));
-      engine.start_use();  // writes nothing: the round says nobody reads this rank's input any more
-      engine.round();
+      shm_empty_round(engine);  // nobody returns while a peer may still read its input
     });
   }
 

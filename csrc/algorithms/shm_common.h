@@ -116,6 +116,15 @@ inline int64_t slice_begin(int64_t count, int parts, int i) {
   return std::min<int64_t>(count, per * i);
 }
 
+// A round in a use of its own that writes nothing: it returns once every local
+// rank got this far (a barrier; the last round of an op whose peers read this
+// rank's memory, so it may return and let its caller write it). A use of its
+// own because a use spans at most two rounds (engine.h).
+inline void shm_empty_round(shm::Engine& engine) {
+  engine.start_use();
+  engine.round();
+}
+
 // memcpy that accepts empty copies from/to the null data pointer of an empty tensor.
 inline void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
