@@ -37,6 +37,12 @@ class Options:
     shm_allreduce_single_copy_min_bytes: int = -1
     # ... up to this many bytes; above it two-shot, whose chunks stay in cache, measured faster.
     shm_allreduce_single_copy_max_bytes: int = 32 << 20
+    # The fp16/bf16 hooks' low-precision all_reduce of an arena tensor (DDP's
+    # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads the
+    # peers' tensors in place (allreduce_low_precision_shm_arena); smaller ones,
+    # and ordinary tensors, convert through the segment. 0: always in place.
+    # Measured: docs/compression.md.
+    shm_low_precision_arena_min_bytes: int = 4 << 20
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment) where the host's ranks are
@@ -153,6 +159,9 @@ def read_options() -> Options:
         ),
         shm_allreduce_single_copy_max_bytes=_int_at_least(
             "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", Options.shm_allreduce_single_copy_max_bytes, 0
+        ),
+        shm_low_precision_arena_min_bytes=_int_at_least(
+            "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", Options.shm_low_precision_arena_min_bytes, 0
         ),
         shm_bind_cpus=_bind_mode("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),

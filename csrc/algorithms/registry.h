@@ -20,6 +20,10 @@ class P2pChannels;
 // segment, elsewhere compressed around an ordinary all_reduce. Registered first.
 // async_min_bytes: Config::shm_async_min_bytes (from this many tensor bytes on, the engine's op queue runs it).
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology, int64_t async_min_bytes);
+// The same on an arena tensor of at least min_bytes: peers' tensors read in place.
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
+                                                                  std::shared_ptr<shm::Arena> arena,
+                                                                  int64_t min_bytes, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);

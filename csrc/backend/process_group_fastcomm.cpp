@@ -41,9 +41,15 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // transports, the delegates last. Only the algorithms this group's topology
   // can run are registered, so algorithm_names() tells which paths it has.
   // The low-precision all_reduce comes first: it is the only collective with
-  // a wire format, which no later algorithm looks at.
+  // a wire format, which no later algorithm looks at (on arena tensors from
+  // shm_low_precision_arena_min_bytes on in place, else through the segment).
   const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
-  if (topology.single_host()) dispatcher_.add(make_allreduce_low_precision_shm(topology, config_.shm_async_min_bytes));
+  if (topology.single_host()) {
+    arena_ = std::make_shared<shm::Arena>();
+    dispatcher_.add(make_allreduce_low_precision_shm_arena(topology, arena_, config_.shm_low_precision_arena_min_bytes,
+                                                           config_.shm_async_min_bytes));
+    dispatcher_.add(make_allreduce_low_precision_shm(topology, config_.shm_async_min_bytes));
+  }
   dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective
   dispatcher_.add(make_contiguous_staging());
   dispatcher_.add(make_coalesced_via_flat_buffer(size));
@@ -52,7 +58,6 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
   if (topology.single_host()) {
-    arena_ = std::make_shared<shm::Arena>();
     // One-shot first: below its size limit its one round beats the arena's three (measured).
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_arena(topology, arena_, config_.shm_async_min_bytes));

@@ -75,6 +75,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm_async_min_bytes", &Config::shm_async_min_bytes)
       .def_readwrite("shm_allreduce_single_copy_min_bytes", &Config::shm_allreduce_single_copy_min_bytes)
       .def_readwrite("shm_allreduce_single_copy_max_bytes", &Config::shm_allreduce_single_copy_max_bytes)
+      .def_readwrite("shm_low_precision_arena_min_bytes", &Config::shm_low_precision_arena_min_bytes)
       .def_readwrite("shm_bind_cpus", &Config::shm_bind_cpus)
       .def_readwrite("pipeline_piece_bytes", &Config::pipeline_piece_bytes)
       .def_readwrite("p2p_single_copy_bytes", &Config::p2p_single_copy_bytes)

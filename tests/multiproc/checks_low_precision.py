@@ -1,8 +1,8 @@
 """fastcomm's low-precision all_reduce (backend.all_reduce_low_precision, the
 fp16/bf16 hooks' path on fastcomm groups): bitwise against a plain torch
 statement of its definition (core/collective.h LowPrecisionWire), on every
-topology, through the path the topology should take; bad arguments; the hooks
-use it."""
+topology, through the path the topology should take, on arena tensors read in
+place too; bad arguments; the hooks use it, on DDP's arena buckets too."""
 from __future__ import annotations
 
 import torch
@@ -158,3 +158,103 @@ def hooks_use_it(rank, world_size):
             torch.testing.assert_close(entry["output"], want, rtol=0, atol=0, msg=name)
         numel = sum(p.numel() for p in model.parameters())
         assert state.stats()["wire_bytes"] == 2 * 2 * numel  # both steps, 2 bytes per element
+
+
+ARENA_PATH = "allreduce_low_precision_shm_arena"
+
+
+def on_arena_tensors(rank, world_size):
+    """Arena tensors (peers read in place, converted on the fly) from the
+    group's shm_low_precision_arena_min_bytes on, the segment below it: the
+    same bits as the definition for every wire dtype and limit, float32,
+    float64, bfloat16 and float16 tensors, sizes not multiples of the rank
+    count (several 4096-element pieces per slice), a view inside an arena
+    tensor; each rank's clamp count is that of its own values (counted by the
+    ranks that reduced them)."""
+    backend = fastcomm.fastcomm_backend()
+    min_bytes = backend.config.shm_low_precision_arena_min_bytes
+    before = backend.algorithm_counts().get(ARENA_PATH, 0)
+    in_place = 0
+    cases = [(torch.float16, float16_limit(world_size)), (torch.bfloat16, float("inf")), (torch.float16, 2.0)]
+    numels = (1, 5, 6_145, 300_001) if min_bytes < 1 << 20 else (300_001, (min_bytes >> 2) + 3)
+    for seed, (wire, limit) in enumerate(cases):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            for numel in numels:
+                inputs = [_input(r, numel, dtype, seed) for r in range(world_size)]
+                want, counts = expected(inputs, wire, 1.0 / world_size, limit)
+                tensor = backend.allocate_tensor(numel, dtype)
+                tensor.copy_(inputs[rank])
+                clamped = torch.tensor([5], dtype=torch.long)
+                backend.all_reduce_low_precision(tensor, wire, 1.0 / world_size, limit, clamped).wait()
+                what = f"arena {wire} limit {limit} {dtype} x{numel}"
+                torch.testing.assert_close(tensor, want, rtol=0, atol=0, equal_nan=True, msg=what)
+                assert clamped.item() == 5 + counts[rank], (what, clamped.item(), counts)
+                in_place += tensor.nbytes >= min_bytes
+    big = backend.allocate_tensor(1_000_003)  # a view at an odd offset, the rest of the block untouched
+    view = big[7:700_007]
+    inputs = [_input(r, 700_000, torch.float32, 7) for r in range(world_size)]
+    view.copy_(inputs[rank])
+    backend.all_reduce_low_precision(view, torch.bfloat16, 0.5, float("inf")).wait()
+    torch.testing.assert_close(view, expected(inputs, torch.bfloat16, 0.5, float("inf"))[0], rtol=0, atol=0,
+                               equal_nan=True)
+    assert torch.count_nonzero(big[:7]) == 0 and torch.count_nonzero(big[700_007:]) == 0
+    in_place += view.nbytes >= min_bytes
+    assert in_place > 0
+    assert backend.algorithm_counts().get(ARENA_PATH, 0) == before + in_place, (in_place, backend.algorithm_counts())
+
+
+def hooks_on_arena_buckets(rank, world_size):
+    """DDP_DISABLE_COMM_MEM=0 puts DDP's buckets in the arena: the fp16 and bf16
+    hooks then sum them in place (every bucket of every step), with the same
+    gradients, bit for bit, and the same stats (clamps included) as with
+    ordinary buckets."""
+    import os
+
+    backend = fastcomm.fastcomm_backend()
+    assert backend.config.shm_low_precision_arena_min_bytes == 0  # the pool's setting: every bucket in place
+
+    def train(name: str, comm_mem: bool):
+        os.environ["DDP_DISABLE_COMM_MEM"] = "0" if comm_mem else "1"
+        try:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 8))
+            ddp = DDP(model, bucket_cap_mb=0.5)
+            state = hooks.make_state(name)
+            ddp.register_comm_hook(state, hooks.registry.HOOKS[name][1])
+            g = torch.Generator().manual_seed(rank)
+            for _ in range(3):  # DDP rebuilds its buckets after the first step
+                ddp.zero_grad()
+                (ddp(torch.randn(4, 64, generator=g)) * 1e3).square().sum().backward()  # some clamped in fp16
+            return [p.grad.clone() for p in model.parameters()], state.stats()
+        finally:
+            del os.environ["DDP_DISABLE_COMM_MEM"]
+
+    counts = lambda: backend.algorithm_counts()  # noqa: E731
+    for name in ("fp16", "bf16"):
+        before = counts()
+        plain, plain_stats = train(name, False)
+        through_segment = counts().get("allreduce_low_precision_shm", 0) - before.get("allreduce_low_precision_shm", 0)
+        before = counts()
+        in_arena, arena_stats = train(name, True)
+        assert through_segment >= 3, through_segment  # a bucket a step at least
+        assert counts().get(ARENA_PATH, 0) - before.get(ARENA_PATH, 0) == through_segment, (name, counts())
+        assert counts().get("allreduce_low_precision_shm", 0) == before.get("allreduce_low_precision_shm", 0)
+        for a, b in zip(plain, in_arena):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+        assert plain_stats == arena_stats, (plain_stats, arena_stats)
+
+
+def arena_on_some_ranks_only(rank, world_size):
+    """Rank 0 passes an arena tensor, the others an ordinary one: every rank
+    raises a clear error, and the group works afterwards."""
+    import re
+
+    backend = fastcomm.fastcomm_backend()
+    t = backend.allocate_tensor(100_000) if rank == 0 else torch.zeros(100_000)
+    try:
+        backend.all_reduce_low_precision(t, torch.float16, 0.5, 65504.0).wait()
+    except RuntimeError as e:
+        assert re.search(r"fastcomm all_reduce_low_precision: ranks disagree on the collective: .*arena tensor", str(e)), str(e)
+    else:
+        raise AssertionError("no error")
+    _group_still_works(world_size)

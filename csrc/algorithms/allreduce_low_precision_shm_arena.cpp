@@ -1,0 +1,134 @@
+// allreduce_low_precision_shm_arena: the low-precision all_reduce
+// (LowPrecisionWire, core/collective.h; the fp16/bf16 hooks' path) of a tensor
+// that lives in this rank's shared-memory arena (DDP's buckets with
+// DDP_DISABLE_COMM_MEM=0): peers' tensors are read in place and converted on
+// the fly, so the wire dtype never exists outside the reducer's L1/L2.
+//
+//   round 1: each rank says where its tensor lives; peers map it (as
+//            allreduce_shm_arena, shm_arena_common.h);
+//   reduce:  rank r takes slice r of every rank's tensor piece by piece:
+//            scale, clamp and round each rank's piece to the wire dtype,
+//            sum them in float32 in rank order, round once, widen the sum
+//            into slice r of its own tensor;
+//   round 2: each rank publishes how many of every rank's values it clamped;
+//   gather:  each rank copies slice q of rank q's tensor into its own, and
+//            adds up the clamps of its own values that every reducer counted;
+//   round 3: no rank returns while a peer may still read its tensor.
+// The same conversions and the same rank-order sums as
+// allreduce_low_precision_shm: the result is equal bit for bit, and so is each
+// rank's clamp count (the clamps of its own values). Per source element the
+// reducer reads the tensor once (no write into the segment and no read of it
+// back). Below `min_bytes` the slot algorithm's two rounds are faster than
+// this one's three (measured: docs/compression.md).
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "algorithms/registry.h"
+#include "algorithms/shm_arena_common.h"
+#include "kernels/cpu/compress_cpu.h"
+#include "kernels/cpu/reduce.h"
+
+namespace fastcomm {
+
+namespace {
+
+// Elements converted and summed at a time: P wire pieces plus one sum stay in L1/L2.
+constexpr int64_t kWirePieceElements = 4096;
+
+// Where a rank's clamp counts (one int64 per local rank) go in its slot: past
+// the ArenaTensorRef a slow peer may still be reading from round 1.
+constexpr size_t kClampCountsOffset = (sizeof(ArenaTensorRef) + 63) / 64 * 64;
+
+class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
+ public:
+  AllreduceLowPrecisionShmArena(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
+                                int64_t async_min_bytes)
+      : ShmAlgorithm(std::move(topology)),
+        arena_(std::move(arena)),
+        min_bytes_(min_bytes),
+        async_min_bytes_(async_min_bytes) {}
+
+  const char* name() const override {
+    return "allreduce_low_precision_shm_arena";
+  }
+
+  bool accepts(const Collective& c) const override {
+    if (!c.wire || !topology_.single_host() || !shm_eligible(c)) return false;
+    const at::Tensor& t = c.inputs[0];
+    const size_t clamp_counts_end = kClampCountsOffset + topology_.engine->local_size() * sizeof(int64_t);
+    return static_cast<int64_t>(t.nbytes()) >= min_bytes_ && t.nbytes() > 0 &&
+           clamp_counts_end <= topology_.engine->slot_bytes() &&
+           find_arena_tensor(*arena_, t.data_ptr(), t.nbytes()).has_value();
+  }
+
+  Launched launch(Collective& c, Dispatcher&) override {
+    shm::Engine& engine = *topology_.engine;
+    const LowPrecisionWire wire = *c.wire;
+    const at::Tensor& t = c.inputs[0];
+    const c10::ScalarType dtype = t.scalar_type();
+    const size_t element = t.element_size();
+    const int64_t count = t.numel();
+    char* data = byte_ptr(t);
+    const size_t bytes = t.nbytes();
+    const ArenaTensorRef mine = *find_arena_tensor(*arena_, data, bytes);
+    // By value (the engine excepted, which outlives its queued ops): a queued
+    // op may run after this algorithm, and the backend, are gone.
+    auto body = [&engine, arena = arena_, wire, dtype, element, count, data, bytes, mine]() {
+      const int n = engine.local_size(), me = engine.local_rank();
+      const std::vector<const char*> tensors = exchange_arena_tensors(engine, *arena, mine, data, bytes);
+      const size_t wire_element = c10::elementSize(wire.dtype);
+      std::vector<char> pieces(static_cast<size_t>(n) * kWirePieceElements * wire_element);  // one per rank
+      std::vector<void*> piece(n);
+      for (int q = 0; q < n; ++q) piece[q] = pieces.data() + q * kWirePieceElements * wire_element;
+      const std::vector<const void*> sources(piece.begin(), piece.end());
+      std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
+      const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
+      for (int64_t offset = begin; offset < end; offset += kWirePieceElements) {
+        const int64_t len = std::min(kWirePieceElements, end - offset);
+        for (int q = 0; q < n; ++q) {
+          clamped[q] += compress::scaled_copy_cpu(
+              {{tensors[q] + offset * element, dtype, piece[q], wire.dtype, len}}, wire.scale,
+              wire.limit);
+        }
+        kernels::reduce(wire.dtype, ReduceKind::Sum, sources.data(), n, piece[0], len);  // dst may be a source
+        compress::scaled_copy_cpu({{piece[0], wire.dtype, data + offset * element, dtype, len}}, 1.0,
+                                  std::numeric_limits<double>::infinity());
+      }
+      std::memcpy(engine.my_slot() + kClampCountsOffset, clamped.data(), n * sizeof(int64_t));
+      engine.round();
+      int64_t my_clamped = 0;
+      for (int q = 0; q < n; ++q) {
+        int64_t counted;
+        std::memcpy(&counted, engine.slot_of(q) + kClampCountsOffset + me * sizeof(int64_t), sizeof(counted));
+        my_clamped += counted;
+        if (q == me) continue;
+        const int64_t b = slice_begin(count, n, q), e = slice_begin(count, n, q + 1);
+        copy_bytes(data + b * element, tensors[q] + b * element, (e - b) * element);
+      }
+      shm_empty_round(engine);  // nobody returns while a peer may still read its tensor
+      if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += my_clamped;  // only once it succeeded
+    };
+    // Peers compare the wire dtype and the arena root: a rank with a plain
+    // all_reduce, or with an ordinary tensor, makes every rank fail.
+    shm::OpDescriptor descriptor = shm_describe(c, bytes, bytes, shm::kRootArena);
+    descriptor.dtype = static_cast<int16_t>(wire.dtype);
+    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, bytes);
+  }
+
+ private:
+  std::shared_ptr<shm::Arena> arena_;
+  int64_t min_bytes_;
+  int64_t async_min_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
+                                                                  std::shared_ptr<shm::Arena> arena,
+                                                                  int64_t min_bytes, int64_t async_min_bytes) {
+  return std::make_unique<AllreduceLowPrecisionShmArena>(std::move(topology), std::move(arena), min_bytes,
+                                                         async_min_bytes);
+}
+
+}  // namespace fastcomm
