@@ -48,7 +48,7 @@ def gather_round(
     writes the group's mean into the bucket, which the future returns."""
     state._count_bucket(bucket)
     buffer = bucket.buffer()
-    gathered, fut = state.all_gather(compress(buffer))
+    gathered, fut = state.all_gather(compress(buffer), bucket.index())
 
     def finish(_: torch.futures.Future) -> torch.Tensor:
         decompress_sum(gathered, buffer)

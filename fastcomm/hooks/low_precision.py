@@ -24,7 +24,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fastcomm import _C
 from fastcomm.hooks.state import HookState
 
 _ops = torch.ops.fastcomm
@@ -73,22 +72,12 @@ def float16_limit(world_size: int) -> float:
     return float(half)
 
 
-def _fastcomm_backend(state: LowPrecisionState, buffer: torch.Tensor) -> _C.ProcessGroupFastcomm | None:
-    """The fastcomm backend that sums the state's group's buffers of this
-    device, when it is one (CPU buffers only); None otherwise."""
-    if buffer.device.type != "cpu":
-        return None
-    group = state.process_group if state.process_group is not None else dist.distributed_c10d._get_default_group()
-    backend = group._get_backend(buffer.device)
-    return backend if isinstance(backend, _C.ProcessGroupFastcomm) else None
-
-
 def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state._count_bucket(bucket)
     buffer = bucket.buffer()
     scale = 1.0 / state.world_size
     limit = float16_limit(state.world_size) if state.dtype == torch.float16 else float("inf")
-    backend = _fastcomm_backend(state, buffer)
+    backend = state.fastcomm_backend(buffer.device)
     if backend is not None:
         state.wire_bytes += buffer.numel() * state.dtype.itemsize
         work = backend.all_reduce_low_precision(buffer, state.dtype, scale, limit, state.clamped_counter(buffer.device))

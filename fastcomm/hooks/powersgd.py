@@ -211,10 +211,11 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_rank
     p_all = state.scratch(index, "p", plan.p_numel + plan.uncompressed_numel, dtype, device)
     if state.warm_start:
-        init_q = lambda numel, dt, dev: state.initial_q(index, numel, dt, dev)  # noqa: E731
+        init_q = lambda numel, dt, dev: state.comm_buffer(numel, dt, dev).copy_(state.initial_q(index, numel, dt, dev))  # noqa: E731
         q_all = state.param_buffers.get(index, "q", plan.q_layout, plan.q_numel, dtype, device, init_q)
     else:
-        q_all = state.initial_q(index, plan.q_numel, dtype, device)
+        q_all = state.scratch(index, "q", plan.q_numel, dtype, device)
+        q_all.copy_(state.initial_q(index, plan.q_numel, dtype, device))
     error_all = None
     if state.error_feedback:
         error_all = state.param_buffers.get(index, "error", plan.error_layout, plan.error_numel, dtype, device)

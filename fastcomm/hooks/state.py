@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fastcomm import _C
 from fastcomm._compat import all_gather_single
 from fastcomm.hooks.parameter_buffers import Layout, ParameterBuffers
 
@@ -76,12 +77,18 @@ class HookState:
         self.wire_bytes += tensor.numel() * tensor.element_size()
         return dist.all_reduce(tensor, group=self.process_group, async_op=True).get_future()
 
-    def all_gather(self, payload: torch.Tensor) -> tuple[torch.Tensor, torch.futures.Future]:
-        """Every rank's 1-D payload, as rows of a [world_size, numel] tensor once the future completes."""
+    def all_gather(self, payload: torch.Tensor, bucket_index: int) -> tuple[torch.Tensor, torch.futures.Future]:
+        """Every rank's 1-D payload, as rows of a [world_size, numel] tensor once
+        the future completes. The tensor is the bucket's scratch (comm_buffer: in
+        the arena on a fastcomm group, where the gather reads the peers' rows in
+        place), valid until the bucket's next call."""
         self.wire_bytes += payload.numel() * payload.element_size()
-        gathered = torch.empty((self.world_size * payload.numel(),), dtype=payload.dtype, device=payload.device)
-        work = all_gather_single(gathered, payload, group=self.process_group, async_op=True)
-        return gathered.view(self.world_size, payload.numel()), work.get_future()
+        numel = payload.numel()
+        gathered = self.scratch(bucket_index, "gathered", self.world_size * numel, payload.dtype, payload.device)
+        mine = gathered.narrow(0, self.rank * numel, numel)
+        mine.copy_(payload)
+        work = all_gather_single(gathered, mine, group=self.process_group, async_op=True)
+        return gathered.view(self.world_size, numel), work.get_future()
 
     # -- per-parameter state ---------------------------------------------------
     def bind(self, ddp_model: torch.nn.Module) -> None:
@@ -102,12 +109,33 @@ class HookState:
         )
 
     def scratch(self, bucket_index: int, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A work buffer reused between steps (not checkpointed); contents undefined."""
+        """A buffer for collectives reused between steps (not checkpointed; from
+        comm_buffer); contents undefined."""
         key = (bucket_index, name)
         t = self._scratch.get(key)
         if t is None or t.numel() != numel or t.dtype != dtype or t.device != device:
-            t = self._scratch[key] = torch.empty(numel, dtype=dtype, device=device)
+            t = self._scratch[key] = self.comm_buffer(numel, dtype, device)
         return t
+
+    # -- where buffers for collectives live --------------------------------------
+    def fastcomm_backend(self, device: torch.device) -> _C.ProcessGroupFastcomm | None:
+        """The fastcomm backend that runs the state's group's collectives on
+        `device` (CPU only), when the group is a fastcomm group; None otherwise."""
+        if device.type != "cpu":
+            return None
+        group = self.process_group if self.process_group is not None else dist.distributed_c10d._get_default_group()
+        backend = group._get_backend(device)
+        return backend if isinstance(backend, _C.ProcessGroupFastcomm) else None
+
+    def comm_buffer(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """numel zeros for a buffer the hook hands to collectives: in the group's
+        shared-memory arena where it has one (a fastcomm group on one host, CPU),
+        so the peers read it in place (docs/algorithms.md "The arena"); an
+        ordinary tensor otherwise. Every rank of a group decides alike."""
+        backend = self.fastcomm_backend(device)
+        if backend is not None and backend.arena_stats() is not None:
+            return backend.allocate_tensor(numel, dtype=dtype)
+        return torch.zeros(numel, dtype=dtype, device=device)
 
     # -- checkpoints ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

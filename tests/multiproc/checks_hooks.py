@@ -507,3 +507,37 @@ def convergence(rank, world_size, optimizer, backend="fastcomm", steps=300):
         else:
             assert final(losses) <= factor * final(plain), (name, final(losses), final(plain))
     return results
+
+
+def comm_buffers_in_arena(rank, world_size):
+    """On a fastcomm group of one host the hooks' buffers for collectives live
+    in the group's arena (HookState.comm_buffer): the gather hooks' gathered
+    rows (all_gather read in place, allgather_shm_arena) and PowerSGD's P and Q
+    (here small enough for one-shot, which takes arena tensors too), one block
+    each per bucket, kept between steps; on a Gloo group the same hooks run on
+    ordinary tensors."""
+    import fastcomm
+
+    backend = fastcomm.fastcomm_backend()
+    expected_path = {"int8": "allgather_shm_arena", "topk": "allgather_shm_arena", "sign": "allgather_shm_arena",
+                     "powersgd": "allreduce_shm_oneshot"}
+    for name, path in expected_path.items():
+        for group_backend in ("fastcomm", "gloo"):
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 64))  # 2 MiB of gradients
+            ddp = _ddp(model, group_backend, bucket_cap_mb=1)
+            options = {"start_step": 0, "rank": 4} if name == "powersgd" else {}
+            state = hooks.make_state(name, group_of(group_backend), **options)
+            ddp.register_comm_hook(state, HOOKS[name][1])
+            counts_before, blocks_before = backend.algorithm_counts().get(path, 0), backend.arena_stats()["blocks"]
+            for step in range(3):
+                ddp.zero_grad()
+                ddp(torch.randn(8, 512, generator=torch.Generator().manual_seed(step * 10 + rank))).square().sum().backward()
+            used = backend.algorithm_counts().get(path, 0) - counts_before
+            blocks = backend.arena_stats()["blocks"] - blocks_before
+            if group_backend == "gloo":
+                assert used == 0 and blocks == 0, (name, used, blocks)
+            else:
+                assert used >= 3, (name, used)  # a bucket a step at least
+                assert 1 <= blocks <= 2 * len(state._scratch), (name, blocks, len(state._scratch))  # kept, not per step
+            del ddp, state

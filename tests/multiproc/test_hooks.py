@@ -61,3 +61,7 @@ def test_bad_options(ranks2):
 @pytest.mark.parametrize("optimizer, backend", [("sgd", "fastcomm"), ("momentum", "fastcomm"), ("sgd", "gloo")])
 def test_convergence(ranks2, optimizer, backend):
     ranks2.run(checks.convergence, timeout=300, optimizer=optimizer, backend=backend)
+
+
+def test_comm_buffers_in_arena(ranks2):
+    ranks2.run(checks.comm_buffers_in_arena)
