@@ -45,13 +45,15 @@ class Options:
     shm_low_precision_arena_min_bytes: int = 4 << 20
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
-    # made: 1 always, -1 ("auto" in the environment) where the host's ranks are
-    # exactly as many as the CPUs they may use (one each; resolve_bind_cpus), 0
-    # never. Off by default: torch's stack leaves affinity to the user, and a
-    # DDP step measured the same bound. Not auto where ranks outnumber CPUs (a
-    # bound rank cannot escape a busy neighbour) or CPUs outnumber ranks (a
-    # rank's intra-op threads may use them). Measured: docs/algorithms.md.
-    shm_bind_cpus: int = 0
+    # made: 1 always, -1 ("auto" in the environment, the default) where the host's
+    # ranks are exactly as many as the CPUs they may use (one each, as Open MPI
+    # binds by default; resolve_bind_cpus), 0 never. auto is the default because
+    # beside a busy process unbound ranks often share one core (1 MiB 2x, 16 MiB
+    # 1.6x slower) and bound ones do not, quiet runs and a DDP step measured the
+    # same. Not auto where ranks outnumber CPUs (a bound rank cannot escape a busy
+    # neighbour) or CPUs outnumber ranks (a rank's intra-op threads may use them).
+    # Measured: docs/algorithms.md "Binding ranks to CPUs".
+    shm_bind_cpus: int = -1
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.

@@ -126,7 +126,7 @@ def test_config_carries_every_option_and_the_host_plan():
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
                       shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
-                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_bind_cpus=-1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_bind_cpus=1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
@@ -164,8 +164,8 @@ def test_single_copy_threshold_is_automatic_unless_given():
 def test_binding_modes(monkeypatch):
     from fastcomm._options import resolve_bind_cpus
 
-    assert Options().shm_bind_cpus == 0  # off
-    for raw, mode in (("auto", -1), ("0", 0), ("1", 1), ("", 0)):
+    assert Options().shm_bind_cpus == -1  # auto
+    for raw, mode in (("auto", -1), ("0", 0), ("1", 1), ("", -1)):
         monkeypatch.setenv("FASTCOMM_SHM_BIND_CPUS", raw)
         assert read_options().shm_bind_cpus == mode, raw
     # auto: one CPU per rank exactly; never a lone rank, never more ranks or more CPUs
