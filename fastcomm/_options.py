@@ -28,21 +28,22 @@ class Options:
     # to run on), else 0 (resolve_async_min_bytes). Measured: docs/algorithms.md.
     shm_async_min_bytes: int = -1
     # all_reduce on one host of an ordinary tensor (not from the arena) of
-    # min..max bytes reads the peers' tensors in place with process_vm_readv
-    # (allreduce_shm_single_copy: one copy instead of two-shot's two; where the
-    # kernel refuses, the group goes on with two-shot). 0: off. -1 (unset): 4 MiB
-    # where the host's ranks are at most as many as its CPUs, else off (with more
-    # ranks than cores it measured slower; resolve_single_copy_min_bytes).
-    # Measured: docs/algorithms.md.
+    # min..max bytes reads the peers' slices and writes the results into their
+    # tensors with process_vm_readv/writev (allreduce_shm_single_copy: one copy
+    # each way instead of two through the segment; where the kernel refuses,
+    # the group goes on with one-shot and two-shot). 0: off. -1 (unset): 32 KiB
+    # where the host's ranks are at most as many as its CPUs (2 ranks: faster
+    # than one-shot from there), else 4 MiB (4 ranks on 2 cores: slower below);
+    # resolve_single_copy_min_bytes. Measured: docs/algorithms.md.
     shm_allreduce_single_copy_min_bytes: int = -1
     # ... up to this many bytes; above it two-shot, whose chunks stay in cache, measured faster.
     shm_allreduce_single_copy_max_bytes: int = 32 << 20
     # The fp16/bf16 hooks' low-precision all_reduce of an arena tensor (DDP's
-    # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads the
-    # peers' tensors in place (allreduce_low_precision_shm_arena); smaller ones,
-    # and ordinary tensors, convert through the segment. 0: always in place.
-    # Measured: docs/compression.md.
-    shm_low_precision_arena_min_bytes: int = 4 << 20
+    # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads and
+    # writes the peers' tensors in place (allreduce_low_precision_shm_arena);
+    # smaller ones, and ordinary tensors, convert through the segment. 0: always
+    # in place. Measured: docs/compression.md.
+    shm_low_precision_arena_min_bytes: int = 16 << 10
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment, the default) where the host's
@@ -123,10 +124,10 @@ def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
 
 def resolve_single_copy_min_bytes(value: int, local_ranks: int, cpus: int) -> int:
     """FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES as given, or its automatic value
-    (-1): 4 MiB where every local rank has a CPU of its own, else 0 (off)."""
+    (-1): 32 KiB where every local rank has a CPU of its own, else 4 MiB."""
     if value >= 0:
         return value
-    return 4 << 20 if local_ranks <= cpus else 0
+    return 32 << 10 if local_ranks <= cpus else 4 << 20
 
 
 def _interfaces() -> str:

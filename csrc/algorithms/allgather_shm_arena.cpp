@@ -39,7 +39,7 @@ class AllgatherShmArena final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const int n = engine.local_size(), me = engine.local_rank();
-    const char* input = byte_ptr(c.inputs[0]);
+    char* input = byte_ptr(c.inputs[0]);
     const size_t bytes = c.inputs[0].nbytes();
     const ArenaTensorRef mine = *find_arena_tensor(*arena_, input, bytes);
     std::vector<char*> outputs(n);  // where rank q's input goes
@@ -48,7 +48,7 @@ class AllgatherShmArena final : public ShmAlgorithm {
                                                             : byte_ptr(c.output_lists[0][q]);
     }
     return shm_run(engine, c, shm_describe(c, bytes, bytes * n, shm::kRootArena), [&]() {
-      const std::vector<const char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, bytes);
+      const std::vector<char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, bytes);
       for (int q = 0; q < n; ++q) {
         if (q != me || outputs[q] != input) copy_bytes(outputs[q], inputs[q], bytes);
       }

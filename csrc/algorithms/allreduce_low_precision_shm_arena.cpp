@@ -6,20 +6,20 @@
 //
 //   round 1: each rank says where its tensor lives; peers map it (as
 //            allreduce_shm_arena, shm_arena_common.h);
-//   reduce:  rank r takes slice r of every rank's tensor piece by piece:
-//            scale, clamp and round each rank's piece to the wire dtype,
-//            sum them in float32 in rank order, round once, widen the sum
-//            into slice r of its own tensor;
-//   round 2: each rank publishes how many of every rank's values it clamped;
-//   gather:  each rank copies slice q of rank q's tensor into its own, and
-//            adds up the clamps of its own values that every reducer counted;
-//   round 3: no rank returns while a peer may still read its tensor.
+//   reduce and distribute: rank r takes slice r of every rank's tensor piece
+//            by piece: scale, clamp and round each rank's piece to the wire
+//            dtype, sum them in float32 in rank order, round once, widen the
+//            sum into slice r of its own tensor and copy it into every
+//            peer's (as allreduce_shm_arena);
+//   round 2: each rank has published how many of every rank's values it
+//            clamped, and nobody reads or writes a peer's tensor any more;
+//            each rank adds up the clamps of its own values.
 // The same conversions and the same rank-order sums as
 // allreduce_low_precision_shm: the result is equal bit for bit, and so is each
 // rank's clamp count (the clamps of its own values). Per source element the
 // reducer reads the tensor once (no write into the segment and no read of it
-// back). Below `min_bytes` the slot algorithm's two rounds are faster than
-// this one's three (measured: docs/compression.md).
+// back). Below `min_bytes` the slot algorithm was faster (it moves half the
+// bytes between cores; measured: docs/compression.md).
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -76,7 +76,7 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
     // op may run after this algorithm, and the backend, are gone.
     auto body = [&engine, arena = arena_, wire, dtype, element, count, data, bytes, mine]() {
       const int n = engine.local_size(), me = engine.local_rank();
-      const std::vector<const char*> tensors = exchange_arena_tensors(engine, *arena, mine, data, bytes);
+      const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, data, bytes);
       const size_t wire_element = c10::elementSize(wire.dtype);
       std::vector<char> pieces(static_cast<size_t>(n) * kWirePieceElements * wire_element);  // one per rank
       std::vector<void*> piece(n);
@@ -94,19 +94,18 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
         kernels::reduce(wire.dtype, ReduceKind::Sum, sources.data(), n, piece[0], len);  // dst may be a source
         compress::scaled_copy_cpu({{piece[0], wire.dtype, data + offset * element, dtype, len}}, 1.0,
                                   std::numeric_limits<double>::infinity());
+        for (int q = 0; q < n; ++q) {
+          if (q != me) copy_bytes(tensors[q] + offset * element, data + offset * element, len * element);
+        }
       }
       std::memcpy(engine.my_slot() + kClampCountsOffset, clamped.data(), n * sizeof(int64_t));
-      engine.round();
+      engine.round();  // round 1's use, second round: nobody returns while a peer may still read or write its tensor
       int64_t my_clamped = 0;
       for (int q = 0; q < n; ++q) {
         int64_t counted;
         std::memcpy(&counted, engine.slot_of(q) + kClampCountsOffset + me * sizeof(int64_t), sizeof(counted));
         my_clamped += counted;
-        if (q == me) continue;
-        const int64_t b = slice_begin(count, n, q), e = slice_begin(count, n, q + 1);
-        copy_bytes(data + b * element, tensors[q] + b * element, (e - b) * element);
       }
-      shm_empty_round(engine);  // nobody returns while a peer may still read its tensor
       if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += my_clamped;  // only once it succeeded
     };
     // Peers compare the wire dtype and the arena root: a rank with a plain

@@ -1,21 +1,24 @@
 // allreduce_shm_arena: all_reduce among the ranks of one host of a tensor that
 // lives in this rank's shared-memory arena (transport/shm/arena.h; the
 // backend's allocateTensor, DDP's buckets with DDP_DISABLE_COMM_MEM=0). Peers
-// read each other's tensors in place: nothing is copied into the segment or
-// out of it.
+// read and write each other's tensors in place: nothing is copied into the
+// segment or out of it.
 //
 //   round 1: each rank writes where its tensor lives (BlockRef, offset) into
 //            its slot; peers map those blocks (once; cached);
-//   reduce:  rank r sums slice r of every rank's tensor in rank order into
-//            slice r of its own (only rank r reads slice r of anyone now);
-//   round 2, gather: each rank copies slice q of rank q's tensor into its own;
-//   round 3: no rank returns (and lets its caller write the tensor) while a
-//            peer may still read it.
-// Per rank: S read + S/P written to reduce, (P-1)/P*S read and written to
-// gather, against twoshot's extra copy in and the slot round trips. Every rank
-// must pass an arena tensor: the descriptor says so (root = kRootArena), so a
-// rank that passes an ordinary tensor makes the op fail on every rank with
-// "ranks disagree" instead of mixing protocols.
+//   reduce and distribute: rank r sums slice r of every rank's tensor in rank
+//            order into slice r of its own, a piece at a time, and copies
+//            each summed piece into every peer's tensor while it is still in
+//            this core's cache (only rank r reads or writes slice r of any
+//            tensor, so nothing waits in between);
+//   round 2: no rank returns (and lets its caller touch the tensor) while a
+//            peer may still read or write it.
+// Per rank: S read + S/P written to reduce, (P-1)/P*S written to peers;
+// pushing the hot result beat pulling it from its owner after a round (the
+// previous design, docs/algorithms.md "The arena"). Every rank must pass an
+// arena tensor: the descriptor says so (root = kRootArena), so a rank that
+// passes an ordinary tensor makes the op fail on every rank with "ranks
+// disagree" instead of mixing protocols.
 #include <vector>
 
 #include "algorithms/registry.h"
@@ -25,6 +28,10 @@
 namespace fastcomm {
 
 namespace {
+
+// Bytes of the own slice summed, then copied to the peers, at a time: the sum
+// is still in L2 when it is copied.
+constexpr size_t kPushPieceBytes = 256 << 10;
 
 class AllreduceShmArena final : public ShmAlgorithm {
  public:
@@ -48,19 +55,21 @@ class AllreduceShmArena final : public ShmAlgorithm {
     // op may run after this algorithm, and the backend, are gone.
     auto body = [&engine, arena = arena_, r, mine]() {
       const int n = engine.local_size(), me = engine.local_rank();
-      const std::vector<const char*> tensors = exchange_arena_tensors(engine, *arena, mine, r.data, r.total);
+      const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, r.data, r.total);
       const int64_t count = static_cast<int64_t>(r.total / r.element);
-      std::vector<const void*> slices(n);
+      const int64_t per_piece = std::max<int64_t>(1, static_cast<int64_t>(kPushPieceBytes / r.element));
+      std::vector<const void*> sources(n);
       const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
-      for (int q = 0; q < n; ++q) slices[q] = tensors[q] + begin * r.element;
-      kernels::reduce(r.dtype, r.kind, slices.data(), n, r.data + begin * r.element, end - begin);
-      engine.round();
-      for (int q = 0; q < n; ++q) {
-        if (q == me) continue;
-        const int64_t b = slice_begin(count, n, q), e = slice_begin(count, n, q + 1);
-        copy_bytes(r.data + b * r.element, tensors[q] + b * r.element, (e - b) * r.element);
+      for (int64_t at = begin; at < end; at += per_piece) {
+        const int64_t len = std::min(per_piece, end - at);
+        const size_t offset = static_cast<size_t>(at) * r.element, bytes = static_cast<size_t>(len) * r.element;
+        for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset;
+        kernels::reduce(r.dtype, r.kind, sources.data(), n, r.data + offset, len);
+        for (int q = 0; q < n; ++q) {
+          if (q != me) copy_bytes(tensors[q] + offset, r.data + offset, bytes);
+        }
       }
-      shm_empty_round(engine);  // nobody returns while a peer may still read its tensor
+      shm_empty_round(engine);  // nobody returns while a peer may still read or write its tensor
     };
     const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, shm::kRootArena);
     return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);

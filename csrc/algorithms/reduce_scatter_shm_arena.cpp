@@ -43,10 +43,10 @@ class ReduceScatterShmArena final : public ShmAlgorithm {
     const auto dtype = output.scalar_type();
     const auto kind = *cpu_kernel_reduction(c.reduce_op, dtype);
     const size_t block = output.nbytes(), element = output.element_size();
-    const char* input = byte_ptr(c.inputs[0]);
+    char* input = byte_ptr(c.inputs[0]);
     const ArenaTensorRef mine = *find_arena_tensor(*arena_, input, block * n);
     return shm_run(engine, c, shm_describe(c, block * n, block, shm::kRootArena), [&]() {
-      const std::vector<const char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, block * n);
+      const std::vector<char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, block * n);
       std::vector<const void*> sources(n);
       for (int q = 0; q < n; ++q) sources[q] = inputs[q] + me * block;
       kernels::reduce(dtype, kind, sources.data(), n, byte_ptr(output), static_cast<int64_t>(block / element));

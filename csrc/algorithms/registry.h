@@ -43,8 +43,11 @@ std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::s
                                                     int64_t async_min_bytes);
 // max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
-// all_reduce of [min_bytes, max_bytes] (min 0: off) read from peers' tensors in one copy (process_vm_readv).
-std::unique_ptr<Algorithm> make_allreduce_shm_single_copy(ShmTopology topology, int64_t min_bytes, int64_t max_bytes,
+// all_reduce of an ordinary tensor (not in `arena`) of [min_bytes, max_bytes]
+// (min 0: off): peers' slices read, and results written, in one copy each
+// (process_vm_readv / process_vm_writev).
+std::unique_ptr<Algorithm> make_allreduce_shm_single_copy(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
+                                                          int64_t min_bytes, int64_t max_bytes,
                                                           int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);

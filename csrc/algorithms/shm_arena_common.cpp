@@ -10,14 +10,14 @@ std::optional<ArenaTensorRef> find_arena_tensor(const shm::Arena& arena, const v
   return ArenaTensorRef{found->first, found->second};
 }
 
-std::vector<const char*> exchange_arena_tensors(shm::Engine& engine, shm::Arena& arena, const ArenaTensorRef& mine,
-                                                const char* data, size_t bytes) {
+std::vector<char*> exchange_arena_tensors(shm::Engine& engine, shm::Arena& arena, const ArenaTensorRef& mine,
+                                          char* data, size_t bytes) {
   const int n = engine.local_size(), me = engine.local_rank();
   const uint64_t op = arena.begin_collective();
   engine.start_use();
   std::memcpy(engine.my_slot(), &mine, sizeof(mine));
   engine.round();
-  std::vector<const char*> tensors(n);
+  std::vector<char*> tensors(n);
   for (int q = 0; q < n; ++q) {
     if (q == me) {
       tensors[q] = data;

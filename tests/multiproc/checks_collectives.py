@@ -151,7 +151,7 @@ def large_all_reduce_single_copy(rank, world_size):
     t = torch.ones(high // 4 + 1)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full_like(t, float(world_size)))
-    a = backend.allocate_tensor(low // 4, torch.float32)
+    a = backend.allocate_tensor(max(low, 256 << 10) // 4, torch.float32)  # above one-shot's limit
     a.fill_(rank + 1)
     dist.all_reduce(a)
     assert torch.equal(a, torch.full_like(a, float(world_size * (world_size + 1) // 2)))
@@ -608,7 +608,8 @@ def algorithm_paths(rank, world_size):
 
 
 def _small_all_reduce_path(backend, rank, world_size):
-    """Small all_reduce: on one host the shm one-shot algorithm; across hosts the
+    """Small all_reduce: on one host the shm one-shot algorithm (below single
+    copy's minimum; past one-shot's limit single copy or two-shot); across hosts the
     hierarchical one; on Gloo (FASTCOMM_SHM=0) up to FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES
     one all_gather and a local reduction. Each is bitwise identical on every rank."""
     from fastcomm._options import read_options
@@ -636,6 +637,9 @@ def _small_all_reduce_path(backend, rank, world_size):
     if limit >= 1 << 30:
         return
     big = torch.ones(max(limit, 4) // 4 + 1)  # one element past the limit
+    low, high = backend.config.shm_allreduce_single_copy_min_bytes, backend.config.shm_allreduce_single_copy_max_bytes
+    if large == "allreduce_shm_twoshot" and 0 < low <= big.nbytes <= high:
+        large = "allreduce_shm_single_copy"  # asked before one-shot, from its minimum on
     before_small, before_large = used(small), used(large)
     dist.all_reduce(big)
     assert used(small) == before_small and used(large) == before_large + 1, (small, large, backend.algorithm_counts())

@@ -22,7 +22,7 @@ IN_PLACE_FROM_ZERO = (("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "0"),)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_on_arena_tensors(pool_of, world_size):
     """Every size in place (the option at 0; at 2 ranks from 64 KiB on the op
-    queue), and at 2 ranks the default gate (in place from 4 MiB, through the
+    queue), and at 2 ranks the default gate (in place from 16 KiB, through the
     segment below)."""
     queued = (("FASTCOMM_SHM_ASYNC_MIN_BYTES", "65536"),) if world_size == 2 else ()
     pool_of(world_size, IN_PLACE_FROM_ZERO + queued).run(checks.on_arena_tensors)

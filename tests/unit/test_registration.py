@@ -80,8 +80,8 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1."),
     ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", 32 << 20, 1 << 30, "x",
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
-    ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 4 << 20, 0, "4M",
-     "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .4M."),
+    ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 16 << 10, 0, "16K",
+     "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
     monkeypatch.delenv(name, raising=False)
@@ -154,9 +154,9 @@ def test_single_copy_threshold_is_automatic_unless_given():
     a CPU of its own, else off; a given value (0: off) is kept."""
     from fastcomm._options import resolve_single_copy_min_bytes
 
-    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=2) == 4 << 20
-    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=16) == 4 << 20
-    assert resolve_single_copy_min_bytes(-1, local_ranks=4, cpus=2) == 0  # measured slower oversubscribed
+    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=2) == 32 << 10
+    assert resolve_single_copy_min_bytes(-1, local_ranks=2, cpus=16) == 32 << 10
+    assert resolve_single_copy_min_bytes(-1, local_ranks=4, cpus=2) == 4 << 20  # slower below, oversubscribed
     assert resolve_single_copy_min_bytes(0, local_ranks=2, cpus=2) == 0
     assert resolve_single_copy_min_bytes(4096, local_ranks=8, cpus=2) == 4096
 

@@ -73,7 +73,7 @@ std::optional<std::pair<BlockRef, size_t>> Arena::find(const void* ptr, size_t b
   return std::make_pair(ref, static_cast<size_t>(address - it->first));
 }
 
-const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) {
+char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = peers_.begin(); it != peers_.end();) {
     it = op - it->second->last_op > kPeerMappingIdleOps ? peers_.erase(it) : std::next(it);
@@ -83,9 +83,9 @@ const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) 
     const std::string path = shared_file_path(ref.pid, ref.fd);
     std::string why;
     void* base = MAP_FAILED;
-    const int fd = open_shared_file(path, ref.bytes, /*writable=*/false, why);
+    const int fd = open_shared_file(path, ref.bytes, /*writable=*/true, why);
     if (fd >= 0) {
-      base = ::mmap(nullptr, ref.bytes, PROT_READ, MAP_SHARED, fd, 0);
+      base = ::mmap(nullptr, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) why = c10::str("mmap of ", ref.bytes, " bytes failed: ", std::strerror(errno));
       ::close(fd);  // the mapping keeps the file
     }
@@ -98,7 +98,7 @@ const char* Arena::peer_block(int local_rank, const BlockRef& ref, uint64_t op) 
     mapping->bytes = ref.bytes;
   }
   mapping->last_op = op;
-  return static_cast<const char*>(mapping->base);
+  return static_cast<char*>(mapping->base);
 }
 
 void Arena::release(std::shared_ptr<Block> block) {

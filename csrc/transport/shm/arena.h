@@ -61,9 +61,10 @@ class Arena {
   uint64_t begin_collective() {
     return collectives_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
-  // Peer `local_rank`'s block `ref`, mapped read-only (cached). `op` is the
-  // caller's begin_collective(): mappings idle for kPeerMappingIdleOps are dropped.
-  const char* peer_block(int local_rank, const BlockRef& ref, uint64_t op);
+  // Peer `local_rank`'s block `ref`, mapped read-write (cached; all_reduce
+  // writes its results into the peers' tensors). `op` is the caller's
+  // begin_collective(): mappings idle for kPeerMappingIdleOps are dropped.
+  char* peer_block(int local_rank, const BlockRef& ref, uint64_t op);
   // Blocks of this rank held by tensors, idle ones, and peers' blocks mapped here (tests, stats).
   size_t live_blocks() const;
   size_t idle_blocks() const;

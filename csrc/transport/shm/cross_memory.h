@@ -15,4 +15,8 @@ namespace fastcomm::shm {
 // `into` may then hold part of the data.
 bool read_process_memory(int pid, uint64_t address, void* into, size_t bytes);
 
+// Copies `bytes` from `from` to `address` in process `pid` (process_vm_writev;
+// the same permission as reading). False as above; part may have been written.
+bool write_process_memory(int pid, uint64_t address, const void* from, size_t bytes);
+
 }  // namespace fastcomm::shm
