@@ -22,6 +22,11 @@ peer; their rows show the cost and the compression achieved.
 
     python benchmarks/hooks_vs_torch.py                      # 2 ranks, fastcomm group, both models
     python benchmarks/hooks_vs_torch.py --backend gloo --models mlp
+    python benchmarks/hooks_vs_torch.py --arena   # DDP's buckets in fastcomm's arena (DDP_DISABLE_COMM_MEM=0)
+
+With --arena both hooks get the same arena buckets: fastcomm's fp16/bf16 read
+and write them in place (docs/compression.md "On arena buckets"), torch's
+compress them into a new tensor as always.
 """
 import argparse
 import datetime
@@ -87,9 +92,12 @@ def _capturing(hook, buckets: list):
 
 
 def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
+    import os
+
     import fastcomm
     import fastcomm.hooks
 
+    os.environ["DDP_DISABLE_COMM_MEM"] = "0" if args.arena else "1"  # read when DDP builds its buckets
     torch.set_num_threads(args.threads)
     dist.init_process_group(args.backend, store=store, rank=rank, world_size=nproc,
                             timeout=datetime.timedelta(seconds=600))
@@ -185,12 +193,16 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     p.add_argument("--rank", type=int, default=4, help="PowerSGD's approximation rank (both sides)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--arena", action="store_true", help="DDP's buckets in the group's arena (fastcomm groups)")
     args = p.parse_args(argv)
+    if args.arena and args.backend != "fastcomm":
+        p.error("--arena needs --backend fastcomm")
     if args.nproc < 2 or args.warmup < 3 or args.rounds < 1:
         p.error("need --nproc >= 2, --warmup >= 3, --rounds >= 1")
     rows = spawn_ranks(_rank, args.nproc, args)
     print(f"# DDP comm hooks, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
-          f" median of {args.rounds} alternating rounds, slowest rank")
+          f" buckets {'in the arena' if args.arena else 'ordinary'}; median of {args.rounds} alternating rounds,"
+          " slowest rank")
     print("# call = the hook on one step's buckets; step = DDP forward+backward (no_sync step alongside);"
           " ratio = torch / fastcomm; err = |g - exact| / |exact| after warm-up; compr = raw / wire bytes")
     print(f"{'model':<12} {'hook':<13} {'fc call':>8} {'torch call':>10} {'ratio':>6} {'fc step':>8} {'torch step':>10}"

@@ -33,8 +33,9 @@ class Options:
     # each way instead of two through the segment; where the kernel refuses,
     # the group goes on with one-shot and two-shot). 0: off. -1 (unset): 32 KiB
     # where the host's ranks are at most as many as its CPUs (2 ranks: faster
-    # than one-shot from there), else 4 MiB (4 ranks on 2 cores: slower below);
-    # resolve_single_copy_min_bytes. Measured: docs/algorithms.md.
+    # than one-shot from there), else off (4 ranks on 2 cores: slower at small
+    # sizes, mixed at 16 MiB); resolve_single_copy_min_bytes. Measured:
+    # docs/algorithms.md.
     shm_allreduce_single_copy_min_bytes: int = -1
     # ... up to this many bytes; above it two-shot, whose chunks stay in cache, measured faster.
     shm_allreduce_single_copy_max_bytes: int = 32 << 20
@@ -124,10 +125,10 @@ def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
 
 def resolve_single_copy_min_bytes(value: int, local_ranks: int, cpus: int) -> int:
     """FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES as given, or its automatic value
-    (-1): 32 KiB where every local rank has a CPU of its own, else 4 MiB."""
+    (-1): 32 KiB where every local rank has a CPU of its own, else 0 (off)."""
     if value >= 0:
         return value
-    return 32 << 10 if local_ranks <= cpus else 4 << 20
+    return 32 << 10 if local_ranks <= cpus else 0
 
 
 def _interfaces() -> str:
