@@ -211,7 +211,9 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_rank
     p_all = state.scratch(index, "p", plan.p_numel + plan.uncompressed_numel, dtype, device)
     if state.warm_start:
-        init_q = lambda numel, dt, dev: state.comm_buffer(numel, dt, dev).copy_(state.initial_q(index, numel, dt, dev))  # noqa: E731
+        def init_q(numel: int, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
+            return state.comm_buffer(numel, dt, dev).copy_(state.initial_q(index, numel, dt, dev))
+
         q_all = state.param_buffers.get(index, "q", plan.q_layout, plan.q_numel, dtype, device, init_q)
     else:
         q_all = state.scratch(index, "q", plan.q_numel, dtype, device)

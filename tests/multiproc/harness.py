@@ -44,6 +44,20 @@ def _worker(rank: int, world_size: int, store_path: str, env: dict, commands, re
     dist.destroy_process_group()
 
 
+def single_copy_env(world_size: int) -> tuple:
+    """The env of the pools that test the single-copy algorithms (plain and
+    low-precision all_reduce) from 256 KiB to 4 MiB: by default they start at
+    32 KiB where ranks have a CPU each and are off where ranks outnumber CPUs
+    (3 and 4 ranks here). 2 ranks also queue from 64 KiB (the op queue). One
+    definition, so the tests that use it share the pools (each pool's ranks
+    stay alive for the session: more pools, more memory)."""
+    env = (("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", str(256 << 10)),
+           ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", str(4 << 20)))
+    if world_size == 2:
+        env += (("FASTCOMM_SHM_ASYNC_MIN_BYTES", "65536"),)
+    return env
+
+
 class RankPool:
     def __init__(self, world_size: int, env: dict | None = None) -> None:
         self.world_size = world_size

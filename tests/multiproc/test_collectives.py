@@ -1,6 +1,7 @@
 """Every collective on the fastcomm backend on every test topology (tests/conftest.py), exact references."""
 import checks_collectives as checks
 import pytest
+from harness import single_copy_env
 
 CHECKS = [
     checks.all_reduce,
@@ -44,10 +45,6 @@ def test_all_reduce_without_allgather_path(ranks_no_allgather, check):
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_single_copy_all_reduce(pool_of, world_size):
     """allreduce_shm_single_copy from 256 KiB (above one-shot) to 4 MiB; by default
-    it starts at 4 MiB where ranks have a CPU each, so ws3 and ws4 would not see
-    it here. 2 ranks run it on the op queue too."""
-    env = (("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", str(256 << 10)),
-           ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", str(4 << 20)))
-    if world_size == 2:
-        env += (("FASTCOMM_SHM_ASYNC_MIN_BYTES", "65536"),)
-    pool_of(world_size, env).run(checks.large_all_reduce_single_copy)
+    it is off where ranks outnumber CPUs, so ws3 and ws4 would not see it here.
+    2 ranks run it on the op queue too."""
+    pool_of(world_size, single_copy_env(world_size)).run(checks.large_all_reduce_single_copy)
