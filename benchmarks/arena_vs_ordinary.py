@@ -5,11 +5,11 @@ float32 SUM through torch.distributed: all_reduce (default), all_gather_single
 (in place, as FSDP2 calls it: the input is this rank's block of the output),
 reduce_scatter_single, or the fp16/bf16 hooks' mean (all_reduce_fp16/_bf16:
 the backend's all_reduce_low_precision; Gloo's column is torch's
-fp16_compress_hook arithmetic around its half-precision all_reduce); per size one checked call each (exact inputs), then
-alternating rounds (fastcomm/bench/harness.py), median of the slowest rank. A
-size is the whole buffer (all_reduce's tensor, all_gather's output,
-reduce_scatter's input), as nccl-tests counts it; busbw with its factor
-(fastcomm/bench/collectives.py).
+fp16_compress_hook arithmetic around its half-precision all_reduce); per size
+one checked call each (exact inputs), then alternating rounds
+(fastcomm/bench/harness.py), median of the slowest rank. A size is the whole
+buffer (all_reduce's tensor, all_gather's output, reduce_scatter's input), as
+nccl-tests counts it; busbw with its factor (fastcomm/bench/collectives.py).
 
     python benchmarks/arena_vs_ordinary.py                 # 2 ranks, 64 KiB .. 256 MiB
     python benchmarks/arena_vs_ordinary.py --nproc 4 --sizes 1M,16M
@@ -112,7 +112,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_round_arguments(p, seconds=1.0, max_iters=1000, warmup=3)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated sizes in bytes (K, M, G suffixes)")
-    p.add_argument("--collective", choices=["all_reduce", "all_gather", "reduce_scatter", *LOW_PRECISION], default="all_reduce")
+    p.add_argument("--collective", choices=["all_reduce", "all_gather", "reduce_scatter", *LOW_PRECISION],
+                   default="all_reduce")
     args = p.parse_args(argv)
     args.size_list = [parse_size(s) for s in args.sizes.split(",")]
     if args.nproc < 2:

@@ -18,8 +18,8 @@
 // allreduce_low_precision_shm: the result is equal bit for bit, and so is each
 // rank's clamp count (the clamps of its own values). Per source element the
 // reducer reads the tensor once (no write into the segment and no read of it
-// back). Below `min_bytes` the slot algorithm was faster (it moves half the
-// bytes between cores; measured: docs/compression.md).
+// back). Below `min_bytes` (16 KiB by default) the segment path was faster by
+// about half a microsecond (measured: docs/compression.md "On arena buckets").
 #include <cstring>
 #include <limits>
 #include <vector>

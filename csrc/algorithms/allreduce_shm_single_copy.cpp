@@ -47,7 +47,7 @@ namespace {
 struct SingleCopyTensorRef {
   int64_t pid;
   uint64_t address;
-  int32_t may_read_peers;  // the permission probe's answer (first op only; written after round 1)
+  int32_t may_access_peers;  // the permission probe's answer (first op only; written after round 1)
 };
 
 // Bytes of a peer's slice read per call: the piece, the own tensor's piece and
@@ -97,7 +97,7 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
 
   static void run(State& state, shm::Engine& engine, const ShmReduction& r) {
     if (state.permission.load(std::memory_order_acquire) == kRefused) return run_allreduce_twoshot(engine, r);
-    const int n = engine.local_size(), me = engine.local_rank();
+    const int n = engine.local_size();
     engine.start_use();
     SingleCopyTensorRef mine{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(r.data), 0};
     std::memcpy(engine.my_slot(), &mine, sizeof(mine));
@@ -107,12 +107,12 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
     if (state.permission.load(std::memory_order_acquire) == kUnknown) {
       // Same use as round 1: only the answer's bytes are written, which no peer reads before round 2.
       const int32_t answer = may_access_all(engine, peers, r) ? 1 : 0;
-      std::memcpy(engine.my_slot() + offsetof(SingleCopyTensorRef, may_read_peers), &answer, sizeof(answer));
+      std::memcpy(engine.my_slot() + offsetof(SingleCopyTensorRef, may_access_peers), &answer, sizeof(answer));
       engine.round();
       bool everyone = true;
       for (int q = 0; q < n; ++q) {
         int32_t theirs = 0;
-        std::memcpy(&theirs, engine.slot_of(q) + offsetof(SingleCopyTensorRef, may_read_peers), sizeof(theirs));
+        std::memcpy(&theirs, engine.slot_of(q) + offsetof(SingleCopyTensorRef, may_access_peers), sizeof(theirs));
         everyone = everyone && theirs == 1;
       }
       state.permission.store(everyone ? kGranted : kRefused, std::memory_order_release);
@@ -180,18 +180,18 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
   static void access_or_fail(shm::Engine& engine, const SingleCopyTensorRef& peer, int local_rank, size_t offset,
                              char* local, size_t bytes, Access access) {
     const int pid = static_cast<int>(peer.pid);
-    const bool done = access == kRead ? shm::read_process_memory(pid, peer.address + offset, local, bytes)
-                                      : shm::write_process_memory(pid, peer.address + offset, local, bytes);
+    const bool read = access == kRead;
+    const bool done = read ? shm::read_process_memory(pid, peer.address + offset, local, bytes)
+                           : shm::write_process_memory(pid, peer.address + offset, local, bytes);
     if (done) return;
     const int error = errno;
     const int them = engine.group_rank_of(local_rank), me = engine.group_rank_of(engine.local_rank());
-    const char* verb = access == kRead ? "read" : "wrote";
     if (error == ESRCH || !shm::process_alive(pid)) {
-      engine.abort_op(c10::str("rank ", them, " (pid ", pid, ") on this host exited while rank ", me, " ", verb,
-                               " its tensor"));
+      engine.abort_op(c10::str("rank ", them, " (pid ", pid, ") on this host exited while rank ", me, " ",
+                               read ? "read" : "wrote", " its tensor"));
     }
-    engine.abort_op(c10::str("cannot ", access == kRead ? "read" : "write", " rank ", them, "'s tensor (",
-                             access == kRead ? "process_vm_readv" : "process_vm_writev", ": ", std::strerror(error),
+    engine.abort_op(c10::str("cannot ", read ? "read" : "write", " rank ", them, "'s tensor (",
+                             read ? "process_vm_readv" : "process_vm_writev", ": ", std::strerror(error),
                              "); it was accessible when the group's first large all_reduce asked"));
   }
 

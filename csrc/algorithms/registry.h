@@ -20,7 +20,7 @@ class P2pChannels;
 // segment, elsewhere compressed around an ordinary all_reduce. Registered first.
 // async_min_bytes: Config::shm_async_min_bytes (from this many tensor bytes on, the engine's op queue runs it).
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology, int64_t async_min_bytes);
-// The same on an arena tensor of at least min_bytes: peers' tensors read in place.
+// The same on an arena tensor of at least min_bytes: peers' tensors read and written in place.
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
                                                                   std::shared_ptr<shm::Arena> arena,
                                                                   int64_t min_bytes, int64_t async_min_bytes);

@@ -27,8 +27,9 @@ std::optional<ArenaTensorRef> find_arena_tensor(const shm::Arena& arena, const v
 // Round 1 of an arena collective: starts a use, writes `mine` into this rank's
 // slot, runs the round, and returns where every local rank's input (of `bytes`
 // each) can be read (and, by all_reduce, written) here: `data` for this rank,
-// each peer's block mapped (cached) at its offset. Fails the op on every rank (abort_op) when
-// a peer's input does not fit its block or its block cannot be mapped.
+// each peer's block mapped (cached) at its offset. Fails the op on every rank
+// (abort_op) when a peer's input does not fit its block or its block cannot be
+// mapped.
 std::vector<char*> exchange_arena_tensors(shm::Engine& engine, shm::Arena& arena, const ArenaTensorRef& mine,
                                           char* data, size_t bytes);
 

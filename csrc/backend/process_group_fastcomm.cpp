@@ -60,7 +60,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   if (topology.single_host()) {
     // Single copy first (ordinary tensors of its range: from 32 KiB on 2 ranks
     // it beat one-shot, measured); where the kernel refuses it, or below its
-    // range, one-shot, whose one round beats the arena's three below its limit.
+    // range, one-shot, whose one round beats the arena's rounds below its limit.
     dispatcher_.add(make_allreduce_shm_single_copy(topology, arena_, config_.shm_allreduce_single_copy_min_bytes,
                                                    config_.shm_allreduce_single_copy_max_bytes,
                                                    config_.shm_async_min_bytes));

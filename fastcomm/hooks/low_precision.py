@@ -8,8 +8,8 @@ the backend's low-precision all_reduce (``all_reduce_low_precision``: on one
 host the conversions happen on the way into and out of shared memory, with
 no passes of their own; DDP's buckets in the arena, DDP_DISABLE_COMM_MEM=0,
 are read and written by the peers in place; docs/compression.md). On other
-groups (Gloo, NCCL, CUDA buckets) one fused pass compresses, an ordinary all_reduce sums the
-half-precision bucket and one fused pass converts back. Both give the same
+groups (Gloo, NCCL, CUDA buckets) one fused pass compresses, an ordinary
+all_reduce sums the half-precision bucket and one fused pass converts back. Both give the same
 bits. torch's fp16_compress_hook makes a separate division pass and cannot
 clamp; its bf16 hook refuses to run outside CUDA/NCCL.
 
