@@ -129,6 +129,8 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
                 step(local)
 
         for label, (name, options), torch_factory in _pairs(args.rank, group):
+            if args.hooks and name not in args.hooks:
+                continue
             impls, calls, buckets = {}, {}, {}
             fc = ddp_of()
             state = fastcomm.hooks.make_state(name, group, **options)
@@ -191,6 +193,7 @@ def main(argv=None) -> int:
     add_round_arguments(p, seconds=3.0, max_iters=50, warmup=3)
     p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
+    p.add_argument("--hooks", nargs="+", metavar="HOOK", help="only these fastcomm hooks (default: all), e.g. fp16 bf16")
     p.add_argument("--rank", type=int, default=4, help="PowerSGD's approximation rank (both sides)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--arena", action="store_true", help="DDP's buckets in the group's arena (fastcomm groups)")

@@ -42,9 +42,9 @@ class Options:
     # The fp16/bf16 hooks' low-precision all_reduce of an arena tensor (DDP's
     # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads and
     # writes the peers' tensors in place (allreduce_low_precision_shm_arena);
-    # smaller ones, and ordinary tensors, convert through the segment. 0: always
-    # in place. Measured: docs/compression.md.
-    shm_low_precision_arena_min_bytes: int = 16 << 10
+    # smaller ones go through the segment (ordinary tensors: single copy or the
+    # segment). 0: always in place. Measured: docs/compression.md.
+    shm_low_precision_arena_min_bytes: int = 4 << 10
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment, the default) where the host's

@@ -15,16 +15,49 @@
 // passes of the composition it replaces, whose result it equals bit for bit
 // (same conversions, same rank-order float32 sums). From
 // Config::shm_async_min_bytes on it runs on the engine's op queue
-// (shm_common.h): launch returns at once.
+// (shm_common.h): launch returns at once. Arena tensors and ordinary ones from
+// single copy's minimum go to the one-pass algorithms registered before it
+// (allreduce_low_precision_shm_arena, _single_copy): every rank converts and
+// widens the whole tensor here, where those touch only their slice of it.
 #include <limits>
 #include <vector>
 
+#include "algorithms/allreduce_low_precision_shm.h"
 #include "algorithms/registry.h"
-#include "algorithms/shm_common.h"
 #include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
+
+int64_t run_allreduce_low_precision_segment(shm::Engine& engine, const LowPrecisionWire& wire,
+                                            c10::ScalarType dtype, char* data, int64_t count) {
+  const int n = engine.local_size(), me = engine.local_rank();
+  const size_t element = c10::elementSize(dtype), wire_element = c10::elementSize(wire.dtype);
+  const int64_t chunk = static_cast<int64_t>(engine.slot_bytes() / wire_element);
+  std::vector<const void*> slices(n);
+  std::vector<compress::ScaledCopy> widen(n);
+  int64_t clamped = 0, offset = 0;
+  do {
+    const int64_t len = std::min(chunk, count - offset);
+    engine.start_use();
+    clamped += compress::scaled_copy_cpu({{data + offset * element, dtype, engine.my_slot(), wire.dtype, len}},
+                                         wire.scale, wire.limit);
+    engine.round();
+    const int64_t mine_begin = slice_begin(len, n, me), mine_end = slice_begin(len, n, me + 1);
+    for (int q = 0; q < n; ++q) slices[q] = engine.slot_of(q) + mine_begin * wire_element;
+    kernels::reduce(wire.dtype, ReduceKind::Sum, slices.data(), n, engine.my_slot() + mine_begin * wire_element,
+                    mine_end - mine_begin);
+    engine.round();
+    for (int q = 0; q < n; ++q) {
+      const int64_t begin = slice_begin(len, n, q), end = slice_begin(len, n, q + 1);
+      widen[q] = {engine.slot_of(q) + begin * wire_element, wire.dtype, data + (offset + begin) * element, dtype,
+                  end - begin};
+    }
+    compress::scaled_copy_cpu(widen, 1.0, std::numeric_limits<double>::infinity());
+    offset += len;
+  } while (offset < count);
+  return clamped;
+}
 
 namespace {
 
@@ -46,36 +79,11 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
     const LowPrecisionWire wire = *c.wire;
     const at::Tensor& t = c.inputs[0];
     const c10::ScalarType dtype = t.scalar_type();
-    const size_t element = t.element_size();
     const int64_t count = t.numel();
     char* data = byte_ptr(t);
     // By value: the body may run after launch returned (the tensors stay alive with the queued collective).
-    auto body = [&engine, wire, dtype, element, count, data]() {
-      const int n = engine.local_size(), me = engine.local_rank();
-      const size_t wire_element = c10::elementSize(wire.dtype);
-      const int64_t chunk = static_cast<int64_t>(engine.slot_bytes() / wire_element);
-      std::vector<const void*> slices(n);
-      std::vector<compress::ScaledCopy> widen(n);
-      int64_t clamped = 0, offset = 0;
-      do {
-        const int64_t len = std::min(chunk, count - offset);
-        engine.start_use();
-        clamped += compress::scaled_copy_cpu({{data + offset * element, dtype, engine.my_slot(), wire.dtype, len}},
-                                             wire.scale, wire.limit);
-        engine.round();
-        const int64_t mine_begin = slice_begin(len, n, me), mine_end = slice_begin(len, n, me + 1);
-        for (int q = 0; q < n; ++q) slices[q] = engine.slot_of(q) + mine_begin * wire_element;
-        kernels::reduce(wire.dtype, ReduceKind::Sum, slices.data(), n, engine.my_slot() + mine_begin * wire_element,
-                        mine_end - mine_begin);
-        engine.round();
-        for (int q = 0; q < n; ++q) {
-          const int64_t begin = slice_begin(len, n, q), end = slice_begin(len, n, q + 1);
-          widen[q] = {engine.slot_of(q) + begin * wire_element, wire.dtype, data + (offset + begin) * element, dtype,
-                      end - begin};
-        }
-        compress::scaled_copy_cpu(widen, 1.0, std::numeric_limits<double>::infinity());
-        offset += len;
-      } while (offset < count);
+    auto body = [&engine, wire, dtype, count, data]() {
+      const int64_t clamped = run_allreduce_low_precision_segment(engine, wire, dtype, data, count);
       if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += clamped;  // only once it succeeded
     };
     // Peers compare the wire dtype (not the tensor's): a plain all_reduce of

@@ -2,14 +2,15 @@
 // (LowPrecisionWire, core/collective.h; the fp16/bf16 hooks' path) of a tensor
 // that lives in this rank's shared-memory arena (DDP's buckets with
 // DDP_DISABLE_COMM_MEM=0): peers' tensors are read in place and converted on
-// the fly, so the wire dtype never exists outside the reducer's L1/L2.
+// the fly, so the wire dtype never exists outside the reducer's registers.
 //
 //   round 1: each rank says where its tensor lives; peers map it (as
 //            allreduce_shm_arena, shm_arena_common.h);
 //   reduce and distribute: rank r takes slice r of every rank's tensor piece
-//            by piece: scale, clamp and round each rank's piece to the wire
-//            dtype, sum them in float32 in rank order, round once, widen the
-//            sum into slice r of its own tensor and copy it into every
+//            by piece: scale, clamp and round each rank's values to the wire
+//            dtype, sum them in float32 in rank order, round once and widen
+//            the sum into slice r of its own tensor, in one pass
+//            (compress::low_precision_sum_cpu), then copy it into every
 //            peer's (as allreduce_shm_arena);
 //   round 2: each rank has published how many of every rank's values it
 //            clamped, and nobody reads or writes a peer's tensor any more;
@@ -18,10 +19,9 @@
 // allreduce_low_precision_shm: the result is equal bit for bit, and so is each
 // rank's clamp count (the clamps of its own values). Per source element the
 // reducer reads the tensor once (no write into the segment and no read of it
-// back). Below `min_bytes` (16 KiB by default) the segment path was faster by
-// about half a microsecond (measured: docs/compression.md "On arena buckets").
+// back). Below `min_bytes` (4 KiB by default) the segment path was as fast
+// (measured: docs/compression.md "On arena buckets").
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "algorithms/registry.h"
@@ -33,8 +33,8 @@ namespace fastcomm {
 
 namespace {
 
-// Elements converted and summed at a time: P wire pieces plus one sum stay in L1/L2.
-constexpr int64_t kWirePieceElements = 4096;
+// Elements summed at a time: the piece of the sum is still in L1/L2 when it is copied to the peers.
+constexpr int64_t kPieceElements = 16384;
 
 // Where a rank's clamp counts (one int64 per local rank) go in its slot: past
 // the ArenaTensorRef a slow peer may still be reading from round 1.
@@ -77,23 +77,14 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
     auto body = [&engine, arena = arena_, wire, dtype, element, count, data, bytes, mine]() {
       const int n = engine.local_size(), me = engine.local_rank();
       const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, data, bytes);
-      const size_t wire_element = c10::elementSize(wire.dtype);
-      std::vector<char> pieces(static_cast<size_t>(n) * kWirePieceElements * wire_element);  // one per rank
-      std::vector<void*> piece(n);
-      for (int q = 0; q < n; ++q) piece[q] = pieces.data() + q * kWirePieceElements * wire_element;
-      const std::vector<const void*> sources(piece.begin(), piece.end());
+      std::vector<const void*> sources(n);
       std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
       const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
-      for (int64_t offset = begin; offset < end; offset += kWirePieceElements) {
-        const int64_t len = std::min(kWirePieceElements, end - offset);
-        for (int q = 0; q < n; ++q) {
-          clamped[q] += compress::scaled_copy_cpu(
-              {{tensors[q] + offset * element, dtype, piece[q], wire.dtype, len}}, wire.scale,
-              wire.limit);
-        }
-        kernels::reduce(wire.dtype, ReduceKind::Sum, sources.data(), n, piece[0], len);  // dst may be a source
-        compress::scaled_copy_cpu({{piece[0], wire.dtype, data + offset * element, dtype, len}}, 1.0,
-                                  std::numeric_limits<double>::infinity());
+      for (int64_t offset = begin; offset < end; offset += kPieceElements) {
+        const int64_t len = std::min(kPieceElements, end - offset);
+        for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset * element;
+        compress::low_precision_sum_cpu(sources.data(), n, dtype, wire.dtype, wire.scale, wire.limit,
+                                        data + offset * element, len, clamped.data());
         for (int q = 0; q < n; ++q) {
           if (q != me) copy_bytes(tensors[q] + offset * element, data + offset * element, len * element);
         }

@@ -24,6 +24,10 @@ std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
                                                                   std::shared_ptr<shm::Arena> arena,
                                                                   int64_t min_bytes, int64_t async_min_bytes);
+// The same on an ordinary tensor of at least min_bytes (0: off; single copy's
+// minimum): peers' tensors read and written by cross-memory attach.
+std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_single_copy(ShmTopology topology, int64_t min_bytes,
+                                                                        int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);

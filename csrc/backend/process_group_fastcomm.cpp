@@ -42,12 +42,15 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // can run are registered, so algorithm_names() tells which paths it has.
   // The low-precision all_reduce comes first: it is the only collective with
   // a wire format, which no later algorithm looks at (on arena tensors from
-  // shm_low_precision_arena_min_bytes on in place, else through the segment).
+  // shm_low_precision_arena_min_bytes on in place, ordinary ones from single
+  // copy's minimum on by cross-memory attach, else through the segment).
   const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
   if (topology.single_host()) {
     arena_ = std::make_shared<shm::Arena>();
     dispatcher_.add(make_allreduce_low_precision_shm_arena(topology, arena_, config_.shm_low_precision_arena_min_bytes,
                                                            config_.shm_async_min_bytes));
+    dispatcher_.add(make_allreduce_low_precision_shm_single_copy(
+        topology, config_.shm_allreduce_single_copy_min_bytes, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_low_precision_shm(topology, config_.shm_async_min_bytes));
   }
   dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective

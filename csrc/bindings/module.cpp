@@ -10,6 +10,7 @@
 #include "backend/process_group_fastcomm.h"
 #include "core/config.h"
 #include "core/device_registry.h"
+#include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 #include "transport/shm/engine.h"
@@ -222,6 +223,30 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("sources"), py::arg("out"), py::arg("op"),
       "out = sources[0] op sources[1] op ... in that order, with the CPU reduction kernels at the active level (tests).");
+  m.def(
+      "low_precision_sum",
+      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& wire, double scale,
+         double limit) {
+        TORCH_CHECK(wire == "float16" || wire == "bfloat16",
+                    "fastcomm low_precision_sum: wire must be 'float16' or 'bfloat16', got '", wire, "'");
+        TORCH_CHECK(!sources.empty(), "fastcomm low_precision_sum: no sources");
+        std::vector<const void*> pointers;
+        for (const auto& t : sources) {
+          TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == out.scalar_type() &&
+                          t.numel() == out.numel(),
+                      "fastcomm low_precision_sum: sources must be contiguous CPU tensors shaped and typed like out");
+          pointers.push_back(t.data_ptr());
+        }
+        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "fastcomm low_precision_sum: out must be contiguous CPU");
+        std::vector<int64_t> clamped(sources.size(), 0);
+        fastcomm::compress::low_precision_sum_cpu(pointers.data(), static_cast<int>(pointers.size()),
+                                                  out.scalar_type(), wire == "float16" ? at::kHalf : at::kBFloat16,
+                                                  scale, limit, out.data_ptr(), out.numel(), clamped.data());
+        return clamped;
+      },
+      py::arg("sources"), py::arg("out"), py::arg("wire"), py::arg("scale"), py::arg("limit"),
+      "The low-precision all_reduce's fused sum (kernels/cpu/compress_cpu.h) at the active level (tests): out = "
+      "the widened wire-dtype sum of the sources scaled, clamped and rounded; returns how many each source clamped.");
 
   fastcomm::bind_bench_loop(m);
   m.def("cuda_kernels_compiled", &fastcomm::cuda_kernels_compiled,

@@ -1,8 +1,9 @@
 """fastcomm's low-precision all_reduce (backend.all_reduce_low_precision, the
 fp16/bf16 hooks' path on fastcomm groups): bitwise against a plain torch
 statement of its definition (core/collective.h LowPrecisionWire), on every
-topology, through the path the topology should take, on arena tensors read in
-place too; bad arguments; the hooks use it, on DDP's arena buckets too."""
+topology, through the path the topology should take (peers' tensors read and
+written by cross-memory attach from single copy's minimum on one host), on
+arena tensors read in place too; bad arguments; the hooks use it, on DDP's arena buckets too."""
 from __future__ import annotations
 
 import torch
@@ -54,9 +55,26 @@ def composed(mine: torch.Tensor, wire: torch.dtype, scale: float, limit: float) 
     return out
 
 
-def _path() -> str:
-    names = fastcomm.fastcomm_backend().algorithm_names()
-    return "allreduce_low_precision_shm" if "allreduce_low_precision_shm" in names else "allreduce_low_precision_via_compress"
+SEGMENT_PATH = "allreduce_low_precision_shm"
+SINGLE_COPY_PATH = "allreduce_low_precision_shm_single_copy"
+COMPOSED_PATH = "allreduce_low_precision_via_compress"
+PATHS = (SEGMENT_PATH, SINGLE_COPY_PATH, COMPOSED_PATH)
+
+
+def _path(nbytes: int) -> str:
+    """The algorithm that should take an ordinary tensor of `nbytes` on this
+    group: off one host the composition; on one host single copy from its
+    minimum (shared with the plain all_reduce's; 0: off), else the segment."""
+    backend = fastcomm.fastcomm_backend()
+    if SEGMENT_PATH not in backend.algorithm_names():
+        return COMPOSED_PATH
+    low = backend.config.shm_allreduce_single_copy_min_bytes
+    return SINGLE_COPY_PATH if 0 < low <= nbytes else SEGMENT_PATH
+
+
+def _calls_since(before: dict) -> dict:
+    after = fastcomm.fastcomm_backend().algorithm_counts()
+    return {p: after.get(p, 0) - before.get(p, 0) for p in PATHS if after.get(p, 0) != before.get(p, 0)}
 
 
 def matches_definition(rank, world_size):
@@ -67,10 +85,9 @@ def matches_definition(rank, world_size):
     sums in rank order, rounded once), elsewhere to the composition around
     the group's own all_reduce; clamp counts per rank."""
     backend = fastcomm.fastcomm_backend()
-    path = _path()
-    one_host = path == "allreduce_low_precision_shm"
-    before = backend.algorithm_counts().get(path, 0)
-    calls = 0
+    one_host = _path(0) != COMPOSED_PATH
+    before = backend.algorithm_counts()
+    calls = {}
     cases = [(torch.float16, float16_limit(world_size)), (torch.bfloat16, float("inf")), (torch.float16, 2.0)]
     for seed, (wire, limit) in enumerate(cases):
         for dtype in (torch.float32, torch.float64, torch.bfloat16):
@@ -87,8 +104,8 @@ def matches_definition(rank, world_size):
                 what = f"{wire} limit {limit} {dtype} x{numel}"
                 torch.testing.assert_close(tensor, want, rtol=0, atol=0, equal_nan=True, msg=what)
                 assert clamped.item() == 5 + counts[rank], (what, clamped.item(), counts)
-                calls += 1
-    assert backend.algorithm_counts()[path] == before + calls, (path, backend.algorithm_counts())
+                calls[_path(tensor.nbytes)] = calls.get(_path(tensor.nbytes), 0) + 1
+    assert _calls_since(before) == calls, (calls, backend.algorithm_counts())
     # without a counter, and a 2-D tensor (any contiguous shape)
     x = _input(rank, 12, torch.float32, 9).view(3, 4)
     want, _ = expected([_input(r, 12, torch.float32, 9) for r in range(world_size)], torch.float16, 0.5, 65504.0)
@@ -96,7 +113,7 @@ def matches_definition(rank, world_size):
         want = composed(x.view(-1).clone(), torch.float16, 0.5, 65504.0)
     backend.all_reduce_low_precision(x, torch.float16, 0.5, 65504.0).wait()
     torch.testing.assert_close(x.view(-1), want, rtol=0, atol=0, equal_nan=True)
-    return path
+    return sorted(calls)
 
 
 def bad_arguments(rank, world_size):
@@ -127,7 +144,6 @@ def hooks_use_it(rank, world_size):
     all_reduce (one per bucket) and deliver its definition's bits: the
     bucket's mean sent in half precision."""
     backend = fastcomm.fastcomm_backend()
-    path = _path()
     for name, wire in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 8))
@@ -144,16 +160,17 @@ def hooks_use_it(rank, world_size):
         g = torch.Generator().manual_seed(rank)
         ddp(torch.randn(4, 64, generator=g)).square().sum().backward()  # DDP rebuilds its buckets after it
         buckets.clear()
-        before = backend.algorithm_counts().get(path, 0)
+        before = backend.algorithm_counts()
         ddp(torch.randn(4, 64, generator=g)).square().sum().backward()
         assert len(buckets) > 1, len(buckets)
-        assert backend.algorithm_counts()[path] == before + len(buckets)
+        paths = [_path(entry["input"].nbytes) for entry in buckets]
+        assert _calls_since(before) == {p: paths.count(p) for p in paths}, (paths, backend.algorithm_counts())
         limit = float16_limit(world_size) if wire == torch.float16 else float("inf")
         for entry in buckets:
             everyone = [torch.empty_like(entry["input"]) for _ in range(world_size)]
             dist.all_gather(everyone, entry["input"])
             want, _ = expected(everyone, wire, 1.0 / world_size, limit)
-            if path != "allreduce_low_precision_shm":
+            if paths[0] == COMPOSED_PATH:
                 want = composed(entry["input"], wire, 1.0 / world_size, limit)
             torch.testing.assert_close(entry["output"], want, rtol=0, atol=0, msg=name)
         numel = sum(p.numel() for p in model.parameters())
@@ -168,7 +185,7 @@ def on_arena_tensors(rank, world_size):
     group's shm_low_precision_arena_min_bytes on, the segment below it: the
     same bits as the definition for every wire dtype and limit, float32,
     float64, bfloat16 and float16 tensors, sizes not multiples of the rank
-    count (several 4096-element pieces per slice), a view inside an arena
+    count (several 16384-element pieces per slice), a view inside an arena
     tensor; each rank's clamp count is that of its own values (counted by the
     ranks that reduced them)."""
     backend = fastcomm.fastcomm_backend()
@@ -206,13 +223,13 @@ def on_arena_tensors(rank, world_size):
 def hooks_on_arena_buckets(rank, world_size):
     """DDP_DISABLE_COMM_MEM=0 puts DDP's buckets in the arena: the fp16 and bf16
     hooks then sum them in place (every bucket of every step from the
-    option's 16 KiB; smaller ones through the segment), with the same
+    option's 4 KiB; smaller ones through the segment), with the same
     gradients, bit for bit, and the same stats (clamps included) as with
     ordinary buckets."""
     import os
 
     backend = fastcomm.fastcomm_backend()
-    one_host = ("allreduce_low_precision_shm", ARENA_PATH)
+    one_host = (SEGMENT_PATH, SINGLE_COPY_PATH, ARENA_PATH)
 
     def train(name: str, comm_mem: bool):
         os.environ["DDP_DISABLE_COMM_MEM"] = "0" if comm_mem else "1"

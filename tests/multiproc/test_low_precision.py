@@ -8,6 +8,13 @@ def test_matches_definition(topology_ranks):
     topology_ranks.run(checks.matches_definition)
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_single_copy_matches_definition(pool_of, world_size):
+    """Single copy from 256 KiB on 2, 3 and 4 ranks (by default it starts at
+    32 KiB where ranks have a CPU each, and is off where they outnumber CPUs)."""
+    pool_of(world_size, single_copy_env(world_size)).run(checks.matches_definition)
+
+
 def test_bad_arguments(ranks2):
     ranks2.run(checks.bad_arguments)
 
@@ -19,7 +26,7 @@ def test_hooks_use_it(pool_of):
 
 @pytest.mark.parametrize("topology", ["ws2", "ws3", "ws4"])
 def test_on_arena_tensors(pool_of, topology):
-    """In place from the default 16 KiB, through the segment below."""
+    """In place from the default 4 KiB, through the segment below."""
     pool_of(topology).run(checks.on_arena_tensors)
 
 

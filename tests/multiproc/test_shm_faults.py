@@ -213,7 +213,8 @@ def test_p2p_size_mismatch_fails_both_sides(tmp_path):
 def test_single_copy_refused_falls_back(tmp_path):
     """A receiver that may not read its sender's memory gets every message
     through the ring instead (exact), and the other direction keeps single copy;
-    all_reduce goes to two-shot on both ranks (exact); a group that read its
+    all_reduce goes to two-shot on both ranks (exact), the low-precision one to
+    the segment path; a group that read its
     peer in one copy before fails its next all_reduce on both ranks, naming the
     refused read, within seconds."""
     store_dir = tempfile.mkdtemp(prefix="fastcomm-p2p-")  # not under pytest's 0700 folders: nobody writes here
@@ -231,6 +232,8 @@ def test_single_copy_refused_falls_back(tmp_path):
     counts = {int(r): json.loads(s) for r, s in re.findall(r"ALLREDUCE (\d) (.*)", out.stdout)}
     for rank in (0, 1):  # the first found the refusal (two-shot's steps inside), the second went to two-shot
         assert counts[rank]["allreduce_shm_single_copy"] == 1 and counts[rank]["allreduce_shm_twoshot"] == 1, counts
+        assert counts[rank]["allreduce_low_precision_shm_single_copy"] == 1, counts  # the segment's steps inside
+        assert counts[rank]["allreduce_low_precision_shm"] == 1, counts
     later = dict(re.findall(r"REFUSED_LATER (\d) (.*)", out.stdout))
     assert re.search(r"DistBackendError: .*cannot read rank 0's tensor \(process_vm_readv: Operation not permitted\)",
                      later["1"]), later

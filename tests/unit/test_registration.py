@@ -80,7 +80,7 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1."),
     ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", 32 << 20, 1 << 30, "x",
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
-    ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 16 << 10, 0, "16K",
+    ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 4 << 10, 0, "16K",
      "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):

@@ -30,6 +30,19 @@ struct ScaledCopy {
 // values whose |src * scale| exceeds `limit` become +-limit (inf and NaN pass
 // unchanged; limit = inf clamps nothing). Returns how many were clamped.
 int64_t scaled_copy_cpu(const std::vector<ScaledCopy>& pieces, double scale, double limit);
+// The same for one piece on the calling thread (no task split: for callers
+// that convert small pieces in a loop of their own).
+int64_t scaled_copy_serial(const ScaledCopy& piece, double scale, double limit);
+
+// The fp16/bf16 hooks' low-precision sum of n sources of `dtype` in one pass:
+//   dst[i] = widen(round(sum over q in order of widen(round(clamp(srcs[q][i] * scale)))))
+// with round() to `wire` (float16 or bfloat16, nearest even), the clamp to
+// +-limit as scaled_copy_cpu's, the sum in float32; clamped[q] gains how many
+// of srcs[q]'s values were clamped. Bit for bit what scaled_copy_cpu into the
+// wire dtype, kernels::reduce and scaled_copy_cpu back (scale 1) give
+// (low_precision_sum.cpp). dst may be one of the sources (not a shifted view).
+void low_precision_sum_cpu(const void* const* srcs, int n, c10::ScalarType dtype, c10::ScalarType wire, double scale,
+                           double limit, void* dst, int64_t count, int64_t* clamped);
 
 // payload = int8 blocks of (src + error); error = (src + error) - dequantized.
 // error may be null (no error feedback). Stochastic rounding draws

@@ -187,6 +187,10 @@ int64_t copy_piece(const ScaledCopy& p, int64_t begin, int64_t end, double scale
 
 }  // namespace
 
+int64_t scaled_copy_serial(const ScaledCopy& piece, double scale, double limit) {
+  return copy_piece(piece, 0, piece.count, scale, limit);
+}
+
 int64_t scaled_copy_cpu(const std::vector<ScaledCopy>& pieces, double scale, double limit) {
   // Tasks of at most kGrain elements across all pieces, so one large tensor
   // and many small ones spread over the threads alike.

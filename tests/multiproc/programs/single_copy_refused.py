@@ -11,7 +11,8 @@ read rank 1's.
 - all_reduce of 4 MiB and more (allreduce_shm_single_copy's range) on the
   default group, which had not tried single copy before: the first op finds
   the refusal and runs two-shot's steps, later ones go to two-shot; all exact.
-  'ALLREDUCE <rank> <algorithm_counts as JSON>'.
+  The same for the low-precision all_reduce (its single copy falls back to
+  the segment path). 'ALLREDUCE <rank> <algorithm_counts as JSON>'.
 - a second group that read its peers in one copy before rank 0 turned
   non-dumpable: its next all_reduce fails on both ranks, rank 1's error
   naming the refused read. 'REFUSED_LATER <rank> <error>'.
@@ -85,6 +86,10 @@ def _rank(rank: int, store_dir: str) -> None:
         t = torch.arange(large, dtype=torch.float32) * (rank + 1) + k
         dist.all_reduce(t)
         assert torch.equal(t, torch.arange(large, dtype=torch.float32) * 3 + 2 * k), f"all_reduce {k}"
+    for k in range(2):  # the low-precision all_reduce has a single copy of its own: the same fallback
+        t = (torch.arange(large) % 7).float() + rank + k
+        backend.all_reduce_low_precision(t, torch.float16, 0.5, 65504.0).wait()
+        assert torch.equal(t, (torch.arange(large) % 7).float() + 0.5 + k), f"all_reduce_low_precision {k}"
     os.write(1, f"ALLREDUCE {rank} {json.dumps(backend.algorithm_counts())}\n".encode())
     try:
         dist.all_reduce(torch.ones(large), group=earlier)

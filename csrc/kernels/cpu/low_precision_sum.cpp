@@ -1,0 +1,251 @@
+// The low-precision sum of the fp16/bf16 hooks in one pass (compress_cpu.h,
+// low_precision_sum_cpu): every source scaled, clamped and rounded to the wire
+// dtype, the wire values summed in float32 in source order, the sum rounded
+// once and widened into dst, without the wire values ever leaving registers.
+//
+// It must equal, bit for bit, the composition the segment path runs
+// (algorithms/allreduce_low_precision_shm.cpp): scaled_copy_cpu into the wire
+// dtype, kernels::reduce (float32 sum in source order, rounded once), then
+// scaled_copy_cpu back with scale 1. float32 sources on x86-64-v4 (AVX-512,
+// 16 lanes) or v3 (AVX2 + F16C, 8 lanes) take the vector loops below, which
+// perform the same float operations in the same order; everything else
+// (float64/float16/bfloat16 sources, other CPUs, a capped ISA) runs that
+// composition itself, a block at a time. tests/unit/test_low_precision_sum.py
+// checks every level against the definition in plain torch.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FASTCOMM_LOW_PRECISION_SUM_V3 1
+#else
+#define FASTCOMM_LOW_PRECISION_SUM_V3 0
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "kernels/cpu/compress_cpu.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/reduce.h"
+
+namespace fastcomm {
+namespace compress {
+
+namespace {
+
+// Elements per block of the composed path: n wire blocks stay in L1.
+constexpr int64_t kComposedBlock = 2048;
+
+void sum_composed(const void* const* srcs, int n, c10::ScalarType dtype, c10::ScalarType wire, double scale,
+                  double limit, void* dst, int64_t count, int64_t* clamped) {
+  const size_t element = c10::elementSize(dtype), wire_element = c10::elementSize(wire);
+  std::vector<char> blocks(static_cast<size_t>(n) * kComposedBlock * wire_element);
+  std::vector<const void*> wire_srcs(n);
+  for (int64_t at = 0; at < count; at += kComposedBlock) {
+    const int64_t len = std::min(kComposedBlock, count - at);
+    for (int q = 0; q < n; ++q) {
+      char* block = blocks.data() + static_cast<size_t>(q) * kComposedBlock * wire_element;
+      clamped[q] += scaled_copy_serial({static_cast<const char*>(srcs[q]) + at * element, dtype, block, wire, len},
+                                       scale, limit);
+      wire_srcs[q] = block;
+    }
+    void* sum = blocks.data();  // the first block: reduce allows dst == srcs[0]
+    kernels::reduce(wire, ReduceKind::Sum, wire_srcs.data(), n, sum, len);
+    scaled_copy_serial({sum, wire, static_cast<char*>(dst) + at * element, dtype, len}, 1.0,
+                       std::numeric_limits<double>::infinity());
+  }
+}
+
+#if FASTCOMM_LOW_PRECISION_SUM_V3
+// GCC 12's avx512fintrin.h leaves the pass-through operand of
+// _mm512_cvtps_ph/_mm512_cvtph_ps "undefined" on purpose, and warns about it.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// sum_float_lanes is always inlined into a function of its own target: its
+// vector arguments never cross a call whose ABI would differ.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+// float32 -> wire -> float32 per lane, rounding as float_to_half_v3 and
+// float_to_bfloat16_bits do (nearest even; bfloat16 NaN -> 0x7FC0), and the
+// clamp of copy_scaled: finite values beyond +-limit become +-limit, inf and
+// NaN pass. One loop per vector width; kClamp false when the limit is inf.
+
+// x86-64-v3: 8 lanes (AVX2 + F16C).
+struct Lanes8 {
+  using Vec = __m256;
+  using Mask = __m256;
+  static constexpr int kWidth = 8;
+  __attribute__((target("arch=x86-64-v3"))) static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  __attribute__((target("arch=x86-64-v3"))) static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  __attribute__((target("arch=x86-64-v3"))) static Vec splat(float v) { return _mm256_set1_ps(v); }
+  __attribute__((target("arch=x86-64-v3"))) static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  __attribute__((target("arch=x86-64-v3"))) static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  __attribute__((target("arch=x86-64-v3"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
+    const Vec mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_and_ps(_mm256_cmp_ps(mag, bound, _CMP_GT_OQ), _mm256_cmp_ps(mag, biggest, _CMP_LE_OQ));
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec clamp(Vec v, Vec bound, Mask over) {
+    const Vec limited = _mm256_or_ps(bound, _mm256_and_ps(_mm256_set1_ps(-0.0f), v));
+    return _mm256_blendv_ps(v, limited, over);
+  }
+  __attribute__((target("arch=x86-64-v3"))) static int count(Mask over) {
+    return __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(over)));
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec through_half(Vec v) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec through_bfloat16(Vec v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)),
+                                             _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    const Vec nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+    return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+};
+
+// x86-64-v4: 16 lanes (AVX-512F), the comparisons in mask registers.
+struct Lanes16 {
+  using Vec = __m512;
+  using Mask = __mmask16;
+  static constexpr int kWidth = 16;
+  __attribute__((target("arch=x86-64-v4"))) static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  __attribute__((target("arch=x86-64-v4"))) static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  __attribute__((target("arch=x86-64-v4"))) static Vec splat(float v) { return _mm512_set1_ps(v); }
+  __attribute__((target("arch=x86-64-v4"))) static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  __attribute__((target("arch=x86-64-v4"))) static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  __attribute__((target("arch=x86-64-v4"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
+    const Vec mag = _mm512_abs_ps(v);
+    return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(mag, bound, _CMP_GT_OQ), mag, biggest, _CMP_LE_OQ);
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec clamp(Vec v, Vec bound, Mask over) {
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm512_mask_mov_ps(v, over, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(bound), sign)));
+  }
+  __attribute__((target("arch=x86-64-v4"))) static int count(Mask over) {
+    return __builtin_popcount(static_cast<unsigned>(over));
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec through_half(Vec v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec through_bfloat16(Vec v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)),
+                                             _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    const Vec nan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
+    return _mm512_mask_mov_ps(_mm512_castsi512_ps(rounded), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+  }
+};
+
+// One source's pass over one block of whole vectors: its values through the
+// wire dtype, added to the running sum in `acc` (kFirst: starting it); kLast
+// stores the rounded sum into dst instead. Returns how many it clamped (a
+// register counter: per-source counts in memory made the loop 25% slower).
+template <typename L, bool kHalf, bool kClamp, bool kFirst, bool kLast>
+inline __attribute__((always_inline)) int64_t add_source_block(const float* src, float scale, float limit,
+                                                               float* acc, float* dst, int64_t len) {
+  using Vec = typename L::Vec;
+  const Vec s = L::splat(scale), bound = L::splat(limit), biggest = L::splat(std::numeric_limits<float>::max());
+  int64_t clamped = 0;
+  for (int64_t j = 0; j < len; j += L::kWidth) {
+    Vec v = L::mul(L::load(src + j), s);
+    if constexpr (kClamp) {
+      const auto over = L::over_limit(v, bound, biggest);
+      clamped += L::count(over);
+      v = L::clamp(v, bound, over);
+    }
+    Vec sum = kHalf ? L::through_half(v) : L::through_bfloat16(v);
+    if constexpr (!kFirst) sum = L::add(L::load(acc + j), sum);
+    if constexpr (kLast) {
+      L::store(dst + j, kHalf ? L::through_half(sum) : L::through_bfloat16(sum));
+    } else {
+      L::store(acc + j, sum);
+    }
+  }
+  return clamped;
+}
+
+// Block by block (the running sum stays in L1), source by source in rank
+// order; the tail that fills no whole vector goes through the composed path.
+// dst may be a source: each block of it is stored by the last source's pass,
+// after every source has read that block.
+template <typename L, bool kHalf, bool kClamp>
+inline __attribute__((always_inline)) void sum_float_lanes(const float* const* srcs, int n, float scale, float limit,
+                                                           float* dst, int64_t count, int64_t* clamped) {
+  constexpr int64_t kBlock = 1024;  // floats of running sum (4 KiB)
+  alignas(64) float acc[kBlock];
+  const int64_t whole = count / L::kWidth * L::kWidth;
+  for (int64_t i = 0; i < whole; i += kBlock) {
+    const int64_t len = std::min(kBlock, whole - i);
+    if (n == 1) {
+      clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
+      continue;
+    }
+    clamped[0] += add_source_block<L, kHalf, kClamp, true, false>(srcs[0] + i, scale, limit, acc, dst + i, len);
+    for (int q = 1; q + 1 < n; ++q) {
+      clamped[q] += add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
+    }
+    clamped[n - 1] +=
+        add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
+  }
+  if (whole < count) {
+    std::vector<const void*> tails(n);
+    for (int q = 0; q < n; ++q) tails[q] = srcs[q] + whole;
+    sum_composed(tails.data(), n, c10::kFloat, kHalf ? c10::kHalf : c10::kBFloat16, scale, limit, dst + whole,
+                 count - whole, clamped);
+  }
+}
+
+template <bool kHalf, bool kClamp>
+__attribute__((target("arch=x86-64-v3"))) void sum_float_v3(const float* const* srcs, int n, float scale, float limit,
+                                                             float* dst, int64_t count, int64_t* clamped) {
+  sum_float_lanes<Lanes8, kHalf, kClamp>(srcs, n, scale, limit, dst, count, clamped);
+}
+
+template <bool kHalf, bool kClamp>
+__attribute__((target("arch=x86-64-v4"))) void sum_float_v4(const float* const* srcs, int n, float scale, float limit,
+                                                             float* dst, int64_t count, int64_t* clamped) {
+  sum_float_lanes<Lanes16, kHalf, kClamp>(srcs, n, scale, limit, dst, count, clamped);
+}
+
+using SumFloat = void (*)(const float* const*, int, float, float, float*, int64_t, int64_t*);
+
+template <bool kHalf, bool kClamp>
+SumFloat pick_sum_float() {
+  if (kernels::isa_enabled(kernels::Isa::Avx512)) return &sum_float_v4<kHalf, kClamp>;
+  if (kernels::isa_enabled(kernels::Isa::Avx2)) return &sum_float_v3<kHalf, kClamp>;
+  return nullptr;
+}
+
+SumFloat pick_sum_float(bool half, bool clamp) {
+  if (half) return clamp ? pick_sum_float<true, true>() : pick_sum_float<true, false>();
+  return clamp ? pick_sum_float<false, true>() : pick_sum_float<false, false>();
+}
+#endif
+
+}  // namespace
+
+void low_precision_sum_cpu(const void* const* srcs, int n, c10::ScalarType dtype, c10::ScalarType wire, double scale,
+                           double limit, void* dst, int64_t count, int64_t* clamped) {
+  TORCH_CHECK(n >= 1, "fastcomm low_precision_sum: needs at least one source, got ", n);
+  TORCH_CHECK(wire == c10::kHalf || wire == c10::kBFloat16,
+              "fastcomm low_precision_sum: the wire dtype must be float16 or bfloat16, got ", wire);
+  if (count <= 0) return;
+#if FASTCOMM_LOW_PRECISION_SUM_V3
+  // In float, as scaled_copy_cpu computes float32 -> float16/bfloat16 (the
+  // scale and the limit rounded to float first; an inf limit clamps nothing).
+  if (dtype == c10::kFloat) {
+    const auto f_limit = static_cast<float>(limit);
+    if (SumFloat sum = pick_sum_float(wire == c10::kHalf, !std::isinf(f_limit))) {
+      return sum(reinterpret_cast<const float* const*>(srcs), n, static_cast<float>(scale), f_limit,
+                 static_cast<float*>(dst), count, clamped);
+    }
+  }
+#endif
+  sum_composed(srcs, n, dtype, wire, scale, limit, dst, count, clamped);
+}
+
+}  // namespace compress
+}  // namespace fastcomm
