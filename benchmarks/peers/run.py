@@ -18,7 +18,9 @@ so a noisy run shows. The table gives each library's median over
 all samples of all rounds, its spread (90th / 10th percentile) and the ratio
 library / fastcomm (> 1: fastcomm faster); a second table gives the means
 (what a loop of ops costs per op, long stalls included: under a background
-load a library can have a short median and a long mean).
+load a library can have a short median and a long mean); a third the 90th
+percentiles (the slow tail) with the round-to-round spread (the slowest
+round's median / the fastest round's).
 
 Libraries: fastcomm and Gloo (torch.distributed: `--api cpp`, the default,
 loops the backend's barrier and op in C++, the backend's own cost; `--api
@@ -115,19 +117,35 @@ def _run(command: list[str], timeout: float) -> tuple[dict[str, list[float]], fl
     return json.loads(lines[0][7:]), others
 
 
-def _table(samples, libraries, sizes, statistic, spread: bool) -> None:
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+def _p90_p10(values: list[float], iters: int) -> float:
+    """Spread over all samples: 90th / 10th percentile."""
+    return _percentile(values, 0.9) / max(_percentile(values, 0.1), 1e-12)
+
+
+def _round_to_round(values: list[float], iters: int) -> float:
+    """Spread between rounds: the slowest round's median / the fastest's
+    (`values` in the order they were taken, `iters` per round)."""
+    medians = [statistics.median(values[i:i + iters]) for i in range(0, len(values), iters)]
+    return max(medians) / max(min(medians), 1e-12)
+
+
+def _table(samples, libraries, sizes, statistic, spread=None, iters: int = 0, digits: int = 1) -> None:
     """One row per size: each library's `statistic` of its samples in us, with
-    the p90/p10 spread if asked and the ratio library / fastcomm."""
+    spread(samples, iters) in brackets if given, and the ratio library / fastcomm."""
     print(f"{'bytes':>10} " + " ".join(f"{lib:>24}" for lib in libraries))
     for size in sizes:
         cells = []
         base = statistic(samples["fastcomm"][size]) if "fastcomm" in samples else None
         for lib in libraries:
-            values = sorted(samples[lib][size])
+            values = samples[lib][size]
             value = statistic(values)
             ratio = f" {value / base:.2f}x" if base and lib != "fastcomm" else ""
-            p90_p10 = values[int(0.9 * (len(values) - 1))] / max(values[int(0.1 * (len(values) - 1))], 1e-12)
-            cells.append(f"{value * 1e6:.1f}" + (f" ({p90_p10:.1f})" if spread else "") + ratio)
+            cells.append(f"{value * 1e6:.1f}" + (f" ({spread(values, iters):.{digits}f})" if spread else "") + ratio)
         print(f"{size:>10} " + " ".join(f"{c:>24}" for c in cells))
 
 
@@ -183,9 +201,12 @@ def main(argv=None) -> int:
     print("# median us (p90/p10 spread); ratio = library median / fastcomm median (> 1: fastcomm faster)")
     print("# CPU used by other processes during each library's runs (share of the machine): " +
           ", ".join(f"{lib} {min(b):.0%}-{max(b):.0%}" for lib, b in busy.items()))
-    _table(samples, libraries, args.size_list, statistics.median, spread=True)
+    _table(samples, libraries, args.size_list, statistics.median, _p90_p10, args.iters)
     print("# mean us (a loop's time per op: rare long stalls count); ratio as above, of means")
-    _table(samples, libraries, args.size_list, statistics.fmean, spread=False)
+    _table(samples, libraries, args.size_list, statistics.fmean)
+    print("# 90th percentile us, the slow tail (round-to-round spread: slowest round's median / fastest round's); "
+          "ratio as above, of p90s")
+    _table(samples, libraries, args.size_list, lambda v: _percentile(v, 0.9), _round_to_round, args.iters, digits=2)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "samples": samples, "busy": busy}, f)

@@ -129,18 +129,25 @@ def test_arena_vs_ordinary_prints_a_row_per_size(collective, sizes, expected):
 
 
 @pytest.mark.parametrize("api", ["cpp", "process_group"])
-def test_peers_run_prints_median_and_mean_tables(api):
-    """benchmarks/peers/run.py with the libraries CI has (fastcomm, Gloo): both tables, a row per size,
-    Gloo's ratio to fastcomm in each; the workers check each size's result themselves."""
+def test_peers_run_prints_median_mean_and_tail_tables(api):
+    """benchmarks/peers/run.py with the libraries CI has (fastcomm, Gloo): the median, mean and
+    90th percentile tables, a row per size, Gloo's ratio to fastcomm in each, the spreads in
+    brackets (one round: its round-to-round spread is 1); the workers check each size's result."""
     out = subprocess.run(
         [sys.executable, os.path.join(BENCHMARKS, "peers", "run.py"), "--libraries", "fastcomm,gloo", "--api", api,
          "--sizes", "8,64K", "--rounds", "1", "--iters", "3", "--warmup", "1"],
         capture_output=True, text=True, timeout=240,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    medians = re.findall(r"^\s+(\d+)\s+([\d.]+) \([\d.]+\)\s+([\d.]+) \([\d.]+\) ([\d.]+)x$", out.stdout, re.M)
-    means = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+) ([\d.]+)x$", out.stdout, re.M)
-    for rows in (medians, means):
+    median_text, rest = out.stdout.split("# mean us", 1)
+    mean_text, tail_text = rest.split("# 90th percentile us", 1)
+    with_spread = r"^\s+(\d+)\s+([\d.]+) \(([\d.]+)\)\s+([\d.]+) \(([\d.]+)\) ([\d.]+)x$"
+    medians = re.findall(with_spread, median_text, re.M)
+    tails = re.findall(with_spread, tail_text, re.M)
+    means = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+) ([\d.]+)x$", mean_text, re.M)
+    assert all(float(r[2]) >= 1 and float(r[4]) >= 1 for r in medians), out.stdout  # p90 / p10
+    assert all(r[2] == r[4] == "1.00" for r in tails), out.stdout  # one round
+    for rows in ([(r[0], r[1], r[3], r[5]) for r in medians], means, [(r[0], r[1], r[3], r[5]) for r in tails]):
         assert [int(r[0]) for r in rows] == [8, 65536], out.stdout
         for _, fastcomm_us, gloo_us, ratio in rows:
             mine, theirs = float(fastcomm_us), float(gloo_us)  # printed to 0.05 us
