@@ -33,8 +33,10 @@ namespace fastcomm {
 
 namespace {
 
-// Elements summed at a time: the piece of the sum is still in L1/L2 when it is copied to the peers.
-constexpr int64_t kPieceElements = 16384;
+// Elements summed at a time: the piece of the sum is still in L1 when it is
+// copied to the peers (measured against 16384: 1 MiB 31 against 37 us, 16 MiB
+// 0.73-0.77 against 0.85-0.90 ms; 2048 and 8192 no better).
+constexpr int64_t kPieceElements = 4096;
 
 // Where a rank's clamp counts (one int64 per local rank) go in its slot: past
 // the ArenaTensorRef a slow peer may still be reading from round 1.

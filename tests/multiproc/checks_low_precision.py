@@ -185,7 +185,7 @@ def on_arena_tensors(rank, world_size):
     group's shm_low_precision_arena_min_bytes on, the segment below it: the
     same bits as the definition for every wire dtype and limit, float32,
     float64, bfloat16 and float16 tensors, sizes not multiples of the rank
-    count (several 16384-element pieces per slice), a view inside an arena
+    count (several 4096-element pieces per slice), a view inside an arena
     tensor; each rank's clamp count is that of its own values (counted by the
     ranks that reduced them)."""
     backend = fastcomm.fastcomm_backend()
