@@ -29,8 +29,11 @@
 
 namespace fastcomm {
 
-int64_t run_allreduce_low_precision_segment(shm::Engine& engine, const LowPrecisionWire& wire,
-                                            c10::ScalarType dtype, char* data, int64_t count) {
+int64_t run_allreduce_low_precision_segment(shm::Engine& engine, const LowPrecisionOp& op) {
+  const LowPrecisionWire& wire = op.wire;
+  const c10::ScalarType dtype = op.dtype;
+  char* const data = op.data;
+  const int64_t count = op.count;
   const int n = engine.local_size(), me = engine.local_rank();
   const size_t element = c10::elementSize(dtype), wire_element = c10::elementSize(wire.dtype);
   const int64_t chunk = static_cast<int64_t>(engine.slot_bytes() / wire_element);
@@ -76,21 +79,10 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const LowPrecisionWire wire = *c.wire;
-    const at::Tensor& t = c.inputs[0];
-    const c10::ScalarType dtype = t.scalar_type();
-    const int64_t count = t.numel();
-    char* data = byte_ptr(t);
-    // By value: the body may run after launch returned (the tensors stay alive with the queued collective).
-    auto body = [&engine, wire, dtype, count, data]() {
-      const int64_t clamped = run_allreduce_low_precision_segment(engine, wire, dtype, data, count);
-      if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += clamped;  // only once it succeeded
-    };
-    // Peers compare the wire dtype (not the tensor's): a plain all_reduce of
-    // the same tensor on another rank is a mismatch, not a silent mix.
-    shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
-    descriptor.dtype = static_cast<int16_t>(wire.dtype);
-    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, t.nbytes());
+    const LowPrecisionOp op = low_precision_op(c);
+    // By value: the body may run after launch returned.
+    auto body = [&engine, op]() { add_clamps(op.wire, run_allreduce_low_precision_segment(engine, op)); };
+    return shm_run_sized(engine, c, low_precision_describe(c, op, -1), std::move(body), async_min_bytes_, op.bytes);
   }
 
  private:

@@ -21,13 +21,12 @@
 // reducer reads the tensor once (no write into the segment and no read of it
 // back). Below `min_bytes` (4 KiB by default) the segment path was as fast
 // (measured: docs/compression.md "On arena buckets").
-#include <cstring>
 #include <vector>
 
 #include "algorithms/registry.h"
 #include "algorithms/shm_arena_common.h"
+#include "algorithms/shm_low_precision_common.h"
 #include "kernels/cpu/compress_cpu.h"
-#include "kernels/cpu/reduce.h"
 
 namespace fastcomm {
 
@@ -66,46 +65,34 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const LowPrecisionWire wire = *c.wire;
-    const at::Tensor& t = c.inputs[0];
-    const c10::ScalarType dtype = t.scalar_type();
-    const size_t element = t.element_size();
-    const int64_t count = t.numel();
-    char* data = byte_ptr(t);
-    const size_t bytes = t.nbytes();
-    const ArenaTensorRef mine = *find_arena_tensor(*arena_, data, bytes);
+    const LowPrecisionOp op = low_precision_op(c);
+    const ArenaTensorRef mine = *find_arena_tensor(*arena_, op.data, op.bytes);
     // By value (the engine excepted, which outlives its queued ops): a queued
     // op may run after this algorithm, and the backend, are gone.
-    auto body = [&engine, arena = arena_, wire, dtype, element, count, data, bytes, mine]() {
+    auto body = [&engine, arena = arena_, op, mine]() {
       const int n = engine.local_size(), me = engine.local_rank();
-      const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, data, bytes);
+      const size_t element = c10::elementSize(op.dtype);
+      const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, op.data, op.bytes);
       std::vector<const void*> sources(n);
       std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
-      const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
+      const int64_t begin = slice_begin(op.count, n, me), end = slice_begin(op.count, n, me + 1);
       for (int64_t offset = begin; offset < end; offset += kPieceElements) {
         const int64_t len = std::min(kPieceElements, end - offset);
+        char* const piece = op.data + offset * element;
         for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset * element;
-        compress::low_precision_sum_cpu(sources.data(), n, dtype, wire.dtype, wire.scale, wire.limit,
-                                        data + offset * element, len, clamped.data());
+        compress::low_precision_sum_cpu(sources.data(), n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit,
+                                        piece, len, clamped.data());
         for (int q = 0; q < n; ++q) {
-          if (q != me) copy_bytes(tensors[q] + offset * element, data + offset * element, len * element);
+          if (q != me) copy_bytes(tensors[q] + offset * element, piece, len * element);
         }
       }
-      std::memcpy(engine.my_slot() + kClampCountsOffset, clamped.data(), n * sizeof(int64_t));
-      engine.round();  // round 1's use, second round: nobody returns while a peer may still read or write its tensor
-      int64_t my_clamped = 0;
-      for (int q = 0; q < n; ++q) {
-        int64_t counted;
-        std::memcpy(&counted, engine.slot_of(q) + kClampCountsOffset + me * sizeof(int64_t), sizeof(counted));
-        my_clamped += counted;
-      }
-      if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += my_clamped;  // only once it succeeded
+      // Round 1's use, second round: nobody returns while a peer may still read or write its tensor.
+      add_clamps(op.wire, exchange_clamp_counts(engine, clamped, kClampCountsOffset));
     };
     // Peers compare the wire dtype and the arena root: a rank with a plain
     // all_reduce, or with an ordinary tensor, makes every rank fail.
-    shm::OpDescriptor descriptor = shm_describe(c, bytes, bytes, shm::kRootArena);
-    descriptor.dtype = static_cast<int16_t>(wire.dtype);
-    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, bytes);
+    return shm_run_sized(engine, c, low_precision_describe(c, op, shm::kRootArena), std::move(body),
+                         async_min_bytes_, op.bytes);
   }
 
  private:

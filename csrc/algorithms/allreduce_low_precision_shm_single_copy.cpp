@@ -20,7 +20,6 @@
 // (docs/compression.md). Where a rank is refused cross-memory access the
 // group's first op runs the segment steps (allreduce_low_precision_shm.h) and
 // later ones go to the segment path.
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -52,48 +51,29 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    const LowPrecisionWire wire = *c.wire;
-    const at::Tensor& t = c.inputs[0];
-    const c10::ScalarType dtype = t.scalar_type();
-    const int64_t count = t.numel();
-    char* data = byte_ptr(t);
+    const LowPrecisionOp op = low_precision_op(c);
     // By value: the body may run on the op queue after launch returned, even after the group is gone.
-    auto body = [state = state_, &engine, wire, dtype, count, data]() {
-      const int64_t clamped = run(*state, engine, wire, dtype, data, count);
-      if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += clamped;  // only once it succeeded
-    };
-    // Peers compare the wire dtype (not the tensor's), as the segment path's.
-    shm::OpDescriptor descriptor = shm_describe(c, t.nbytes(), t.nbytes(), -1);
-    descriptor.dtype = static_cast<int16_t>(wire.dtype);
-    return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, t.nbytes());
+    auto body = [state = state_, &engine, op]() { add_clamps(op.wire, run(*state, engine, op)); };
+    return shm_run_sized(engine, c, low_precision_describe(c, op, -1), std::move(body), async_min_bytes_, op.bytes);
   }
 
  private:
   // Returns how many of this rank's values were clamped.
-  static int64_t run(SingleCopyState& state, shm::Engine& engine, const LowPrecisionWire& wire,
-                     c10::ScalarType dtype, char* data, int64_t count) {
-    const size_t element = c10::elementSize(dtype);
-    const auto peers = state.exchange(engine, data, element);
-    if (!peers) return run_allreduce_low_precision_segment(engine, wire, dtype, data, count);
-    const int n = engine.local_size(), me = engine.local_rank();
+  static int64_t run(SingleCopyState& state, shm::Engine& engine, const LowPrecisionOp& op) {
+    const size_t element = c10::elementSize(op.dtype);
+    const auto peers = state.exchange(engine, op.data, element);
+    if (!peers) return run_allreduce_low_precision_segment(engine, op);
+    const int n = engine.local_size();
     std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
     const auto reduce = [&](const void* const* sources, void* dst, int64_t len) {
-      compress::low_precision_sum_cpu(sources, n, dtype, wire.dtype, wire.scale, wire.limit, dst, len,
+      compress::low_precision_sum_cpu(sources, n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit, dst, len,
                                       clamped.data());
     };
-    state.reduce_and_distribute(engine, *peers, data, element, count, reduce);
+    state.reduce_and_distribute(engine, *peers, op.data, element, op.count, reduce);
     // The last round, in a use of its own (the exchange may have used two
     // rounds): nobody returns while a peer may still read or write its tensor.
     engine.start_use();
-    std::memcpy(engine.my_slot(), clamped.data(), n * sizeof(int64_t));
-    engine.round();
-    int64_t mine = 0;
-    for (int q = 0; q < n; ++q) {
-      int64_t counted;
-      std::memcpy(&counted, engine.slot_of(q) + me * sizeof(int64_t), sizeof(counted));
-      mine += counted;
-    }
-    return mine;
+    return exchange_clamp_counts(engine, clamped, 0);
   }
 
   int64_t min_bytes_, async_min_bytes_;

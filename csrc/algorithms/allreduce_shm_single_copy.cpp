@@ -17,6 +17,7 @@
 #include "algorithms/registry.h"
 #include "algorithms/shm_single_copy.h"
 #include "kernels/cpu/reduce.h"
+#include "transport/shm/arena.h"
 
 namespace fastcomm {
 

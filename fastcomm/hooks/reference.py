@@ -49,6 +49,25 @@ def multi_tensor_unpack(src: torch.Tensor, dsts: list[torch.Tensor], scale: floa
         offset += d.numel()
 
 
+def low_precision_all_reduce(
+    inputs: list[torch.Tensor], wire: torch.dtype, scale: float, limit: float
+) -> tuple[torch.Tensor, list[int]]:
+    """The low-precision all_reduce (the backend's all_reduce_low_precision,
+    csrc/core/collective.h LowPrecisionWire) of every rank's `inputs`: each
+    rank's values scaled, clamped and rounded to `wire`, summed in float32 in
+    rank order, rounded once, widened back; and each rank's clamp count. Also
+    compress::low_precision_sum_cpu's definition, with the inputs as its sources."""
+    acc, counts = None, []
+    for x in inputs:
+        sent = torch.empty(x.numel(), dtype=wire)
+        counts.append(multi_tensor_pack([x], sent, scale, limit))
+        acc = sent.float() if acc is None else acc + sent.float()
+    out = torch.empty_like(inputs[0])
+    if acc is not None:
+        multi_tensor_unpack(acc.to(wire), [out], 1.0)
+    return out, counts
+
+
 def _with_error(src: torch.Tensor, error: torch.Tensor | None) -> torch.Tensor:
     acc = _acc_dtype(src.dtype)
     x = src.reshape(-1).to(acc)

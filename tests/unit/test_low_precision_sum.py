@@ -1,8 +1,8 @@
 """The low-precision all_reduce's fused sum (compress::low_precision_sum_cpu,
 csrc/kernels/cpu/low_precision_sum.cpp) against its definition in plain torch
-(fastcomm.hooks.reference's scaled copies, a float32 sum in source order,
-rounded once), for every instruction-set level this CPU runs: every source
-dtype and wire dtype, with and without a limit, 1-5 sources, lengths around
+(fastcomm.hooks.reference.low_precision_all_reduce: scaled copies, a float32
+sum in source order, rounded once), for every instruction-set level this CPU
+runs: every source dtype and wire dtype, with and without a limit, 1-5 sources, lengths around
 the vector widths and the 1024-element blocks, values of every magnitude
 (clamped ones, inf, NaN); per-source clamp counts; the output aliasing a
 source."""
@@ -32,18 +32,6 @@ def _sources(n: int, count: int, dtype: torch.dtype, seed: int) -> list[torch.Te
     return out
 
 
-def _definition(sources, wire, scale, limit):
-    acc, counts = None, []
-    for x in sources:
-        sent = torch.empty(x.numel(), dtype=wire)
-        counts.append(reference.multi_tensor_pack([x], sent, scale, limit))
-        acc = sent.float() if acc is None else acc + sent.float()
-    out = torch.empty_like(sources[0])
-    if acc is not None:
-        reference.multi_tensor_unpack(acc.to(wire), [out], 1.0)
-    return out, counts
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
@@ -56,7 +44,7 @@ def test_matches_definition(isa, dtype, wire, limit):
         for count in COUNTS:
             sources = _sources(n, count, dtype, seed=n * 10_000 + count)
             scale = 1.0 / n
-            want, counts = _definition(sources, WIRES[wire], scale, limit)
+            want, counts = reference.low_precision_all_reduce(sources, WIRES[wire], scale, limit)
             out = torch.full_like(sources[0], 7.0)
             clamped = _C.low_precision_sum(sources, out, wire, scale, limit)
             what = f"{isa} {dtype} {wire} limit {limit} n={n} count={count}"
@@ -89,7 +77,7 @@ def test_levels_agree_bitwise_nan_included(wire):
 def test_output_may_be_a_source(isa, dtype):
     for at in (0, 1, 2):
         sources = _sources(3, 3001, dtype, seed=at)
-        want, counts = _definition(sources, torch.float16, 1 / 3, 32752.0)
+        want, counts = reference.low_precision_all_reduce(sources, torch.float16, 1 / 3, 32752.0)
         clamped = _C.low_precision_sum(sources, sources[at], "float16", 1 / 3, 32752.0)
         torch.testing.assert_close(sources[at], want, rtol=0, atol=0, equal_nan=True, msg=f"{dtype} out = source {at}")
         assert clamped == counts
