@@ -39,10 +39,6 @@ struct SingleCopyTensorRef {
   int32_t may_access_peers;  // the permission probe's answer (first op only; written after round 1)
 };
 
-// Where in its slot a rank may publish something with the op's last round:
-// past the SingleCopyTensorRef a slow peer may still be reading from round 1.
-constexpr size_t kSingleCopyPublishOffset = (sizeof(SingleCopyTensorRef) + 63) / 64 * 64;
-
 // reduce(sources, dst, count): reduce `count` elements of the n sources (rank
 // order; the own one is the own tensor) into dst, the own tensor; called once
 // per piece.
