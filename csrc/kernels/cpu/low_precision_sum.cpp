@@ -139,6 +139,26 @@ struct Lanes16 {
   }
 };
 
+// One vector of a source through the wire dtype: scaled, clamped (counted
+// into `clamped`), rounded and widened again.
+template <typename L, bool kHalf, bool kClamp>
+inline __attribute__((always_inline)) typename L::Vec through_wire(typename L::Vec v, typename L::Vec s,
+                                                                   typename L::Vec bound, typename L::Vec biggest,
+                                                                   int64_t& clamped) {
+  v = L::mul(v, s);
+  if constexpr (kClamp) {
+    const auto over = L::over_limit(v, bound, biggest);
+    clamped += L::count(over);
+    v = L::clamp(v, bound, over);
+  }
+  return kHalf ? L::through_half(v) : L::through_bfloat16(v);
+}
+
+template <typename L, bool kHalf>
+inline __attribute__((always_inline)) typename L::Vec round_sum(typename L::Vec sum) {
+  return kHalf ? L::through_half(sum) : L::through_bfloat16(sum);
+}
+
 // One source's pass over one block of whole vectors: its values through the
 // wire dtype, added to the running sum in `acc` (kFirst: starting it); kLast
 // stores the rounded sum into dst instead. Returns how many it clamped (a
@@ -150,16 +170,10 @@ inline __attribute__((always_inline)) int64_t add_source_block(const float* src,
   const Vec s = L::splat(scale), bound = L::splat(limit), biggest = L::splat(std::numeric_limits<float>::max());
   int64_t clamped = 0;
   for (int64_t j = 0; j < len; j += L::kWidth) {
-    Vec v = L::mul(L::load(src + j), s);
-    if constexpr (kClamp) {
-      const auto over = L::over_limit(v, bound, biggest);
-      clamped += L::count(over);
-      v = L::clamp(v, bound, over);
-    }
-    Vec sum = kHalf ? L::through_half(v) : L::through_bfloat16(v);
+    Vec sum = through_wire<L, kHalf, kClamp>(L::load(src + j), s, bound, biggest, clamped);
     if constexpr (!kFirst) sum = L::add(L::load(acc + j), sum);
     if constexpr (kLast) {
-      L::store(dst + j, kHalf ? L::through_half(sum) : L::through_bfloat16(sum));
+      L::store(dst + j, round_sum<L, kHalf>(sum));
     } else {
       L::store(acc + j, sum);
     }
@@ -167,8 +181,26 @@ inline __attribute__((always_inline)) int64_t add_source_block(const float* src,
   return clamped;
 }
 
-// Block by block (the running sum stays in L1), source by source in rank
-// order; the tail that fills no whole vector goes through the composed path.
+// Two sources (two ranks), the common case, in one pass without a running
+// sum: both streams are read at once, as the float32 reduction reads them.
+template <typename L, bool kHalf, bool kClamp>
+inline __attribute__((always_inline)) void sum_two(const float* a, const float* b, float scale, float limit,
+                                                   float* dst, int64_t len, int64_t* clamped) {
+  using Vec = typename L::Vec;
+  const Vec s = L::splat(scale), bound = L::splat(limit), biggest = L::splat(std::numeric_limits<float>::max());
+  int64_t clamped_a = 0, clamped_b = 0;
+  for (int64_t j = 0; j < len; j += L::kWidth) {
+    const Vec wa = through_wire<L, kHalf, kClamp>(L::load(a + j), s, bound, biggest, clamped_a);
+    const Vec wb = through_wire<L, kHalf, kClamp>(L::load(b + j), s, bound, biggest, clamped_b);
+    L::store(dst + j, round_sum<L, kHalf>(L::add(wa, wb)));
+  }
+  clamped[0] += clamped_a;
+  clamped[1] += clamped_b;
+}
+
+// Two sources in one loop (sum_two); more block by block (the running sum
+// stays in L1), source by source in rank order. The tail that fills no whole
+// vector goes through the composed path.
 // dst may be a source: each block of it is stored by the last source's pass,
 // after every source has read that block.
 template <typename L, bool kHalf, bool kClamp>
@@ -177,7 +209,8 @@ inline __attribute__((always_inline)) void sum_float_lanes(const float* const* s
   constexpr int64_t kBlock = 1024;  // floats of running sum (4 KiB)
   alignas(64) float acc[kBlock];
   const int64_t whole = count / L::kWidth * L::kWidth;
-  for (int64_t i = 0; i < whole; i += kBlock) {
+  if (n == 2) sum_two<L, kHalf, kClamp>(srcs[0], srcs[1], scale, limit, dst, whole, clamped);
+  for (int64_t i = 0; n != 2 && i < whole; i += kBlock) {
     const int64_t len = std::min(kBlock, whole - i);
     if (n == 1) {
       clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
