@@ -57,9 +57,8 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
   bool accepts(const Collective& c) const override {
     if (!c.wire || !topology_.single_host() || !shm_eligible(c)) return false;
     const at::Tensor& t = c.inputs[0];
-    const size_t clamp_counts_end = kClampCountsOffset + topology_.engine->local_size() * sizeof(int64_t);
     return static_cast<int64_t>(t.nbytes()) >= min_bytes_ && t.nbytes() > 0 &&
-           clamp_counts_end <= topology_.engine->slot_bytes() &&
+           clamp_counts_fit(*topology_.engine, kClampCountsOffset) &&
            find_arena_tensor(*arena_, t.data_ptr(), t.nbytes()).has_value();
   }
 

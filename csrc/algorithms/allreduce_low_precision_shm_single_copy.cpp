@@ -44,8 +44,7 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
   bool accepts(const Collective& c) const override {
     if (min_bytes_ <= 0 || state_->refused()) return false;
     if (!c.wire || !topology_.single_host() || !shm_eligible(c)) return false;
-    const shm::Engine& engine = *topology_.engine;
-    if (engine.local_size() * sizeof(int64_t) > engine.slot_bytes()) return false;  // the clamp counts' round
+    if (!clamp_counts_fit(*topology_.engine, 0)) return false;  // the last round's
     return static_cast<int64_t>(c.inputs[0].nbytes()) >= min_bytes_;
   }
 

@@ -19,6 +19,10 @@ void add_clamps(const LowPrecisionWire& wire, int64_t clamped) {
   if (wire.clamped.defined()) wire.clamped.data_ptr<int64_t>()[0] += clamped;
 }
 
+bool clamp_counts_fit(const shm::Engine& engine, size_t offset) {
+  return offset + engine.local_size() * sizeof(int64_t) <= engine.slot_bytes();
+}
+
 int64_t exchange_clamp_counts(shm::Engine& engine, const std::vector<int64_t>& counted, size_t offset) {
   const int n = engine.local_size(), me = engine.local_rank();
   std::memcpy(engine.my_slot() + offset, counted.data(), n * sizeof(int64_t));

@@ -31,6 +31,9 @@ shm::OpDescriptor low_precision_describe(const Collective& c, const LowPrecision
 // Adds this rank's clamps to the wire's counter, if it has one: once the op succeeded.
 void add_clamps(const LowPrecisionWire& wire, int64_t clamped);
 
+// Whether exchange_clamp_counts fits: one int64 per local rank at `offset` of a slot.
+bool clamp_counts_fit(const shm::Engine& engine, size_t offset);
+
 // The last round of an op whose ranks each converted a slice of every rank's
 // values: `counted[q]` is how many of rank q's values this rank clamped. It
 // writes them at `offset` of this rank's slot in the current use, rounds, and

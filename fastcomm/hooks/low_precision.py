@@ -5,12 +5,13 @@ beyond +-65504 / world_size are clamped, counted in stats()["clamped"]),
 summed in half precision (accumulated in float32, rounded once) and converted
 back into the bucket. On a fastcomm group with CPU buckets that is one call,
 the backend's low-precision all_reduce (``all_reduce_low_precision``: on one
-host the conversions happen on the way into and out of shared memory, with
-no passes of their own; DDP's buckets in the arena, DDP_DISABLE_COMM_MEM=0,
-are read and written by the peers in place; docs/compression.md). On other
-groups (Gloo, NCCL, CUDA buckets) one fused pass compresses, an ordinary
-all_reduce sums the half-precision bucket and one fused pass converts back. Both give the same
-bits. torch's fp16_compress_hook makes a separate division pass and cannot
+host the conversions, the float32 sum and the rounding run in one pass over
+the peers' buckets, read and written in place for DDP's arena buckets,
+DDP_DISABLE_COMM_MEM=0, and by cross-memory attach for ordinary ones from
+single copy's minimum; smaller ones convert on the way into and out of shared
+memory; docs/compression.md). On other groups (Gloo, NCCL, CUDA buckets) one
+fused pass compresses, an ordinary all_reduce sums the half-precision bucket
+and one fused pass converts back. All give the same bits. torch's fp16_compress_hook makes a separate division pass and cannot
 clamp; its bf16 hook refuses to run outside CUDA/NCCL.
 
 Pre-scaling and the limit keep the float16 sum finite: each rank sends x /

@@ -139,6 +139,12 @@ struct Lanes16 {
   }
 };
 
+// A vector rounded to the wire dtype and widened again.
+template <typename L, bool kHalf>
+inline __attribute__((always_inline)) typename L::Vec round_to_wire(typename L::Vec v) {
+  return kHalf ? L::through_half(v) : L::through_bfloat16(v);
+}
+
 // One vector of a source through the wire dtype: scaled, clamped (counted
 // into `clamped`), rounded and widened again.
 template <typename L, bool kHalf, bool kClamp>
@@ -151,12 +157,7 @@ inline __attribute__((always_inline)) typename L::Vec through_wire(typename L::V
     clamped += L::count(over);
     v = L::clamp(v, bound, over);
   }
-  return kHalf ? L::through_half(v) : L::through_bfloat16(v);
-}
-
-template <typename L, bool kHalf>
-inline __attribute__((always_inline)) typename L::Vec round_sum(typename L::Vec sum) {
-  return kHalf ? L::through_half(sum) : L::through_bfloat16(sum);
+  return round_to_wire<L, kHalf>(v);
 }
 
 // One source's pass over one block of whole vectors: its values through the
@@ -173,7 +174,7 @@ inline __attribute__((always_inline)) int64_t add_source_block(const float* src,
     Vec sum = through_wire<L, kHalf, kClamp>(L::load(src + j), s, bound, biggest, clamped);
     if constexpr (!kFirst) sum = L::add(L::load(acc + j), sum);
     if constexpr (kLast) {
-      L::store(dst + j, round_sum<L, kHalf>(sum));
+      L::store(dst + j, round_to_wire<L, kHalf>(sum));
     } else {
       L::store(acc + j, sum);
     }
@@ -192,7 +193,7 @@ inline __attribute__((always_inline)) void sum_two(const float* a, const float* 
   for (int64_t j = 0; j < len; j += L::kWidth) {
     const Vec wa = through_wire<L, kHalf, kClamp>(L::load(a + j), s, bound, biggest, clamped_a);
     const Vec wb = through_wire<L, kHalf, kClamp>(L::load(b + j), s, bound, biggest, clamped_b);
-    L::store(dst + j, round_sum<L, kHalf>(L::add(wa, wb)));
+    L::store(dst + j, round_to_wire<L, kHalf>(L::add(wa, wb)));
   }
   clamped[0] += clamped_a;
   clamped[1] += clamped_b;
@@ -209,19 +210,23 @@ inline __attribute__((always_inline)) void sum_float_lanes(const float* const* s
   constexpr int64_t kBlock = 1024;  // floats of running sum (4 KiB)
   alignas(64) float acc[kBlock];
   const int64_t whole = count / L::kWidth * L::kWidth;
-  if (n == 2) sum_two<L, kHalf, kClamp>(srcs[0], srcs[1], scale, limit, dst, whole, clamped);
-  for (int64_t i = 0; n != 2 && i < whole; i += kBlock) {
-    const int64_t len = std::min(kBlock, whole - i);
-    if (n == 1) {
-      clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
-      continue;
+  if (n == 2) {
+    sum_two<L, kHalf, kClamp>(srcs[0], srcs[1], scale, limit, dst, whole, clamped);
+  } else {
+    for (int64_t i = 0; i < whole; i += kBlock) {
+      const int64_t len = std::min(kBlock, whole - i);
+      if (n == 1) {
+        clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
+        continue;
+      }
+      clamped[0] += add_source_block<L, kHalf, kClamp, true, false>(srcs[0] + i, scale, limit, acc, dst + i, len);
+      for (int q = 1; q + 1 < n; ++q) {
+        clamped[q] +=
+            add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
+      }
+      clamped[n - 1] +=
+          add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
     }
-    clamped[0] += add_source_block<L, kHalf, kClamp, true, false>(srcs[0] + i, scale, limit, acc, dst + i, len);
-    for (int q = 1; q + 1 < n; ++q) {
-      clamped[q] += add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
-    }
-    clamped[n - 1] +=
-        add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
   }
   if (whole < count) {
     std::vector<const void*> tails(n);
