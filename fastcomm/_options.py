@@ -56,6 +56,14 @@ class Options:
     # neighbour) or CPUs outnumber ranks (a rank's intra-op threads may use them).
     # Measured: docs/algorithms.md "Binding ranks to CPUs".
     shm_bind_cpus: int = -1
+    # A bound process runs shared-memory ops of at least this many bytes on any
+    # of the CPUs it had before binding, smaller ones on its own CPU (the thread
+    # that runs the op changes its CPU set when the size class changes). Beside a
+    # busy process a bound rank of a long op waits out the busy one's time slice
+    # while its peer idles, free it moves to the idle CPU: measured steadier and
+    # as fast or faster from 16 MiB, slower below. 0: every op bound.
+    # Measured: docs/algorithms.md "Binding ranks to CPUs".
+    shm_unbound_min_bytes: int = 16 << 20
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
     # next. Measured: docs/algorithms.md.
@@ -168,6 +176,7 @@ def read_options() -> Options:
             "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", Options.shm_low_precision_arena_min_bytes, 0
         ),
         shm_bind_cpus=_bind_mode("FASTCOMM_SHM_BIND_CPUS", Options.shm_bind_cpus),
+        shm_unbound_min_bytes=_int_at_least("FASTCOMM_SHM_UNBOUND_MIN_BYTES", Options.shm_unbound_min_bytes, 0),
         pipeline_piece_bytes=_int_at_least("FASTCOMM_PIPELINE_PIECE_BYTES", Options.pipeline_piece_bytes, 4096),
         p2p_single_copy_bytes=_int_at_least("FASTCOMM_P2P_SINGLE_COPY_BYTES", Options.p2p_single_copy_bytes, 0),
         ranks_per_host=_int_at_least("FASTCOMM_RANKS_PER_HOST", Options.ranks_per_host, 0),

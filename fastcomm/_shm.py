@@ -98,9 +98,11 @@ def usable_cpus() -> list[int]:
     return _cpus_before_binding if _cpus_before_binding is not None else sorted(os.sched_getaffinity(0))
 
 
-def _bind_to_cpu(local_rank: int) -> None:
+def _bind_to_cpu(local_rank: int, unbound_min_bytes: int) -> None:
     """Binds every thread of this process (and so the threads it starts later) to
-    CPU `local_rank` mod the CPUs it may use; once per process (its first group)."""
+    CPU `local_rank` mod the CPUs it may use, ops of at least `unbound_min_bytes`
+    excepted (transport/shm/cpu_binding.h); once per process (its first group's
+    options)."""
     global _cpus_before_binding
     if _cpus_before_binding is not None:
         return
@@ -112,6 +114,7 @@ def _bind_to_cpu(local_rank: int) -> None:
         except ProcessLookupError:  # the thread ended meanwhile
             pass
     _cpus_before_binding = cpus
+    _C.set_cpu_binding(cpu, cpus, unbound_min_bytes)
     os.register_at_fork(after_in_child=_unbind_forked_child)
 
 
@@ -123,6 +126,7 @@ def _unbind_forked_child() -> None:
     global _cpus_before_binding
     if _cpus_before_binding is None:
         return
+    _C.set_cpu_binding(-1, [], 0)
     try:
         os.sched_setaffinity(0, _cpus_before_binding)
     except OSError:  # CPUs taken away meanwhile (cgroup): keep what the child has
@@ -182,7 +186,7 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
             warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
         return ShmPlan()
     if len(local) > 1 and resolve_bind_cpus(options.shm_bind_cpus, len(local), len(usable_cpus())):
-        _bind_to_cpu(local_rank)
+        _bind_to_cpu(local_rank, options.shm_unbound_min_bytes)
     if len(hosts) == 1:
         return ShmPlan(engine=engine)
     if len(hosts) == size:

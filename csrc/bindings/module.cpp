@@ -13,6 +13,7 @@
 #include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
+#include "transport/shm/cpu_binding.h"
 #include "transport/shm/engine.h"
 
 namespace py = pybind11;
@@ -78,6 +79,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm_allreduce_single_copy_max_bytes", &Config::shm_allreduce_single_copy_max_bytes)
       .def_readwrite("shm_low_precision_arena_min_bytes", &Config::shm_low_precision_arena_min_bytes)
       .def_readwrite("shm_bind_cpus", &Config::shm_bind_cpus)
+      .def_readwrite("shm_unbound_min_bytes", &Config::shm_unbound_min_bytes)
       .def_readwrite("pipeline_piece_bytes", &Config::pipeline_piece_bytes)
       .def_readwrite("p2p_single_copy_bytes", &Config::p2p_single_copy_bytes)
       .def_readwrite("ranks_per_host", &Config::ranks_per_host)
@@ -187,7 +189,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("local_rank", &Engine::local_rank)
       .def_property_readonly("local_size", &Engine::local_size)
       .def_property_readonly("slot_bytes", &Engine::slot_bytes)
-      .def_property_readonly("rounds", &Engine::rounds);
+      .def_property_readonly("rounds", &Engine::rounds)
+      .def_property_readonly("pulls", &Engine::pulls)
+      .def_property_readonly("moved_by_peer", &Engine::moved_by_peer);
+  m.def(
+      "set_cpu_binding",
+      [](int home_cpu, std::vector<int> cpus, int64_t unbound_min_bytes) {
+        fastcomm::shm::set_cpu_binding({home_cpu, std::move(cpus), unbound_min_bytes});
+      },
+      py::arg("home_cpu"), py::arg("cpus"), py::arg("unbound_min_bytes"),
+      "The process is bound to `home_cpu` (< 0: not bound); shared-memory ops of at least `unbound_min_bytes` run "
+      "on any of `cpus` (transport/shm/cpu_binding.h). Call while no op runs.");
 
   using fastcomm::kernels::Isa;
   py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")

@@ -1,13 +1,20 @@
 """FASTCOMM_SHM_BIND_CPUS: 1 binds each rank's process to one CPU by its local rank; auto
 does so only where the host's ranks are as many as their CPUs; a child
-forked from a bound rank gets the CPUs back (runs in a RankPool)."""
+forked from a bound rank gets the CPUs back; ops of at least
+FASTCOMM_SHM_UNBOUND_MIN_BYTES run free; a waiter moves a preempted peer onto
+its CPU (runs in a RankPool)."""
 import os
+import subprocess
+import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 
+import fastcomm
 from fastcomm import _shm
+from fastcomm._options import read_options
 
 
 def _thread_cpus() -> dict[int, set[int]]:
@@ -72,3 +79,80 @@ def forked_child_gets_the_cpus_back(rank, world_size):
     assert os.waitstatus_to_exitcode(status) == 0
     assert reported == f"{before} None", reported
     assert os.sched_getaffinity(0) == {before[rank % len(before)]}, "the parent stays bound"
+
+
+def _home_cpu(rank: int) -> int:
+    before = _shm._cpus_before_binding
+    assert before is not None, "the group's set-up did not bind this process"
+    return before[rank % len(before)]  # one host: the local rank is the rank
+
+
+def _exact_small_all_reduce(rank: int, world_size: int) -> None:
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1000,), world_size * (world_size + 1) / 2)), t[:4]
+
+
+def _assert_op_thread_cpus(want: set[int], what) -> None:
+    """This thread's CPUs are `want`, unless a peer moved it during its latest op
+    (something preempted this rank meanwhile: peer_pulling.h)."""
+    if not fastcomm.fastcomm_backend().shm_engine.moved_by_peer:
+        assert os.sched_getaffinity(0) == want, (what, want, os.sched_getaffinity(0))
+
+
+def large_ops_run_free(rank, world_size):
+    """The thread that runs an op of at least FASTCOMM_SHM_UNBOUND_MIN_BYTES (16
+    MiB by default) may use every CPU the process had before binding; the next
+    smaller op binds it again (transport/shm/cpu_binding.h). Broadcast: it runs
+    on the calling thread on any machine (large all_reduce may go to the op
+    queue where CPUs are plenty)."""
+    home = _home_cpu(rank)
+    threshold = read_options().shm_unbound_min_bytes
+    assert threshold > 0
+    _exact_small_all_reduce(rank, world_size)
+    _assert_op_thread_cpus({home}, "small")
+    for count in (threshold // 4, threshold // 4 - 1):  # at the threshold, then just below it
+        t = torch.full((count,), float(rank + 1))
+        dist.broadcast(t, src=world_size - 1)
+        assert torch.equal(t, torch.full((count,), float(world_size))), t[:4]
+        want = set(_shm._cpus_before_binding) if count * 4 >= threshold else {home}
+        _assert_op_thread_cpus(want, count * 4)
+    _exact_small_all_reduce(rank, world_size)
+    _assert_op_thread_cpus({home}, "small")
+
+
+def preempted_peer_is_pulled(rank, world_size):
+    """A busy process shares the last rank's CPU: that rank is preempted in the
+    middle of ops, and a peer waiting for it moves it onto its own CPU
+    (transport/shm/peer_pulling.h; ShmEngine.pulls counts them). Results stay
+    exact, and the moved rank's next op binds it to its own CPU again. Bounded:
+    at most 20 s of 16 MiB broadcasts."""
+    home = _home_cpu(rank)
+    engine = fastcomm.fastcomm_backend().shm_engine
+    pulls_before = engine.pulls
+    count = read_options().shm_unbound_min_bytes // 4  # free ops: the peer's published count is used too
+    t = torch.empty(count)
+    busy = None
+    if rank == world_size - 1:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(busy.pid, {home})
+    try:
+        deadline = time.monotonic() + 20
+        for i in range(10_000):
+            root = i % world_size
+            t.fill_(float(root + 1) if rank == root else -1.0)
+            dist.broadcast(t, src=root)
+            assert torch.equal(t, torch.full((count,), float(root + 1))), (i, t[:4])
+            status = torch.tensor([float(engine.pulls - pulls_before), float(time.monotonic() > deadline)])
+            dist.all_reduce(status)  # every rank stops after the same op
+            if status.sum() > 0:
+                break
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    assert status[0] > 0, f"no rank pulled its preempted peer in {i + 1} ops of {count * 4} B"
+    # The busy process is gone; a rank pulled during the first of these ops takes its CPU back in the second.
+    for _ in range(2):
+        _exact_small_all_reduce(rank, world_size)
+    _assert_op_thread_cpus({home}, "a pulled rank did not take its own CPU back")

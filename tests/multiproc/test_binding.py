@@ -14,3 +14,11 @@ def test_auto_binds_only_where_ranks_match_cpus(pool_of):
 
 def test_forked_child_is_not_bound(pool_of):
     pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.forked_child_gets_the_cpus_back)
+
+
+def test_large_ops_run_free(pool_of):
+    pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.large_ops_run_free)
+
+
+def test_preempted_peer_is_pulled(pool_of):
+    pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.preempted_peer_is_pulled)

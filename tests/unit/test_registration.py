@@ -126,7 +126,7 @@ def test_config_carries_every_option_and_the_host_plan():
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
                       shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
-                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_bind_cpus=1, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))

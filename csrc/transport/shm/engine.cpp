@@ -44,7 +44,8 @@ Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int
       group_ranks_(std::move(group_ranks)),
       spin_iterations_(spin ? kSpinIterations : 0),
       yield_iterations_(kYieldIterations),
-      check_pids_(check_pids) {
+      check_pids_(check_pids),
+      pulling_(*segment_, local_rank_) {
   TORCH_CHECK(local_rank_ >= 0 && local_rank_ < local_size_, "fastcomm shm: local rank ", local_rank_,
               " outside a host of ", local_size_);
   TORCH_CHECK(static_cast<int>(group_ranks_.size()) == local_size_, "fastcomm shm: ", group_ranks_.size(),
@@ -55,6 +56,7 @@ Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int
 void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout,
                    std::chrono::steady_clock::time_point issued) {
   op_ = op;
+  pulling_.begin_op(std::max(descriptor.input_bytes, descriptor.output_bytes));
   if (!broken_.empty()) FC_THROW_BACKEND_ERROR(op, "the shared-memory engine of this group failed earlier: ", broken_);
   descriptor.op_index = static_cast<uint32_t>(op_index_++);
   descriptor_ = descriptor;
@@ -120,6 +122,7 @@ void Engine::wait_all(uint64_t target) {
     ::sched_yield();
     if (all_posted(target)) return;
   }
+  pulling_.before_sleep(target);
   sleep_until(target);
 }
 
@@ -142,9 +145,11 @@ void Engine::sleep_until(uint64_t target) {
       header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
       return;
     }
-    futex_wait(&header_->wake_word, word, kSleepSlice);
+    // While a peer may still need pulling, wake up often enough to see it was preempted.
+    futex_wait(&header_->wake_word, word, pulling_.armed() ? kPullCheckSlice : kSleepSlice);
     header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (all_posted(target)) return;
+    pulling_.after_wake(target);
     check_health();
   }
 }

@@ -18,7 +18,8 @@
 // process there). Waiting spins briefly (not at all while a rank it waits for
 // last ran on this CPU: spinning would only delay it), then yields, then
 // sleeps on a futex in the segment (posters wake sleepers), so oversubscribed
-// hosts keep working;
+// hosts keep working; in a bound process, a waiter about to sleep first moves
+// a peer that a busy process preempted onto its own CPU (peer_pulling.h);
 // while sleeping it checks the deadline (the op's timeout), the segment's
 // failure flag (with the first failure's reason, quoted by the others),
 // whether a missing peer left the group (leave()) and whether peer processes
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "transport/shm/op_queue.h"
+#include "transport/shm/peer_pulling.h"
 #include "transport/shm/segment.h"
 
 namespace fastcomm::shm {
@@ -128,6 +130,14 @@ class Engine {
   uint64_t rounds() const {
     return posted_;
   }
+  // Preempted peers this rank moved onto its CPU so far, and whether a peer
+  // moved this rank's thread since its latest op began (peer_pulling.h).
+  uint64_t pulls() const {
+    return pulling_.pulls();
+  }
+  bool moved_by_peer() const {
+    return segment_->control(local_rank_)->moving.load(std::memory_order_acquire) != 0;
+  }
 
  private:
   void post();
@@ -159,6 +169,7 @@ class Engine {
   bool check_pending_ = false;       // the op's descriptors are compared after the next round
   OpDescriptor descriptor_{};
   const char* op_ = "";
+  PeerPulling pulling_;  // after segment_, which it reads
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   std::chrono::steady_clock::time_point next_pid_check_;
