@@ -42,13 +42,15 @@ std::exception_ptr run_engine_op(shm::Engine& engine, const Collective& c, const
                                  const std::function<void()>& body, std::chrono::milliseconds grace,
                                  std::chrono::steady_clock::time_point issued) {
   std::lock_guard<std::mutex> one_op_at_a_time(engine.op_mutex());
+  std::exception_ptr error;
   try {
     engine.begin(c.name, descriptor, c.timeout + grace, issued);
     body();
   } catch (...) {
-    return std::current_exception();
+    error = std::current_exception();
   }
-  return nullptr;
+  engine.end();
+  return error;
 }
 
 }  // namespace

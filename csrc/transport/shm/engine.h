@@ -87,6 +87,12 @@ class Engine {
   // left the ranks out of step (timeout, dead peer).
   void begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout,
              std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now());
+  // After the op (finished or failed), on the thread that ran it: a thread a
+  // peer moved onto its CPU during the op takes its own CPU set back now, not
+  // only at its next op (peer_pulling.h). Never throws.
+  void end() {
+    pulling_.end_op();
+  }
   // Moves to the other buffer for the next chunk; the first call of an op also
   // writes its descriptor.
   void start_use();

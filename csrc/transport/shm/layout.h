@@ -75,13 +75,17 @@ struct RankControl {
   // own CPU stops spinning and yields (Engine::missing_rank_shares_cpu).
   std::atomic<int32_t> cpu;
   // Pulling a preempted rank (peer_pulling.h): the thread that runs this
-  // rank's ops (where the process is bound), its involuntary context switches
-  // when its latest free op began, and what peers did to it: `moving` set
-  // before a peer changes that thread's CPU set, `moves` counted after; the
-  // rank takes its own CPU set back at its next op that sees a new count.
+  // rank's ops (where the process is bound), the ops it has begun and ended
+  // (a peer pulls it only while it is inside one, never while it computes
+  // between ops), its involuntary context switches when its latest free op
+  // began, and what peers did to it: `moving` set before a peer changes that
+  // thread's CPU set, `moves` counted after; the rank takes its own CPU set
+  // back when its op ends.
   std::atomic<int32_t> tid;
   std::atomic<int32_t> moving;
   std::atomic<uint32_t> moves;
+  std::atomic<uint64_t> ops_begun;
+  std::atomic<uint64_t> ops_ended;
   std::atomic<int64_t> free_op_switches;
   // Point-to-point doorbell of this rank, on its own cache line: a peer that
   // changed a channel this rank reads or writes bumps `p2p_doorbell` and, when

@@ -45,15 +45,25 @@ int64_t involuntary_switches(int pid, int tid) {
 PeerPulling::PeerPulling(const Segment& segment, int local_rank)
     : segment_(segment), local_rank_(local_rank), switches_seen_(segment.local_size(), -1) {}
 
-void PeerPulling::begin_op(uint64_t bytes) {
+bool PeerPulling::take_moves() {
   RankControl* me = segment_.control(local_rank_);
   const uint32_t moves = me->moves.load(std::memory_order_acquire);
-  const bool moved = moves != moves_seen_;
-  if (moved) {
-    moves_seen_ = moves;
-    me->moving.store(0, std::memory_order_relaxed);
-  }
-  const OpCpus cpus = fit_cpu_binding_to_op(bytes, moved);
+  if (moves == moves_seen_) return false;
+  moves_seen_ = moves;
+  me->moving.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+void PeerPulling::end_op() {
+  if (!may_pull_) return;
+  segment_.control(local_rank_)->ops_ended.store(ops_begun_, std::memory_order_release);
+  if (take_moves()) fit_cpu_binding_to_op(op_bytes_, /*reapply=*/true);
+}
+
+void PeerPulling::begin_op(uint64_t bytes) {
+  RankControl* me = segment_.control(local_rank_);
+  op_bytes_ = bytes;
+  const OpCpus cpus = fit_cpu_binding_to_op(bytes, take_moves());
   may_pull_ = cpus != OpCpus::Unbound;
   op_runs_free_ = cpus == OpCpus::All;
   pulled_this_op_ = false;
@@ -61,6 +71,7 @@ void PeerPulling::begin_op(uint64_t bytes) {
   if (op_runs_free_) me->free_op_switches.store(own_involuntary_switches(), std::memory_order_relaxed);
   const int tid = current_tid();
   if (me->tid.load(std::memory_order_relaxed) != tid) me->tid.store(tid, std::memory_order_release);
+  me->ops_begun.store(++ops_begun_, std::memory_order_release);
 }
 
 void PeerPulling::before_sleep(uint64_t target) {
@@ -88,6 +99,9 @@ void PeerPulling::pull_one_preempted(uint64_t target) {
         peer->cpu.load(std::memory_order_relaxed) == cpu) {
       continue;
     }
+    // Only a peer inside an op (this one, or the previous one's last wait): one between ops is
+    // computing (DDP's backward between buckets), and moving it put two ranks' work on one CPU.
+    if (peer->ops_ended.load(std::memory_order_acquire) >= peer->ops_begun.load(std::memory_order_acquire)) continue;
     const int tid = peer->tid.load(std::memory_order_acquire);
     const int64_t now = involuntary_switches(peer->pid, tid);
     const bool preempted = now >= 0 && ((switches_seen_[r] >= 0 && now > switches_seen_[r]) ||

@@ -12,11 +12,13 @@
 // switches grew: since the waiter began to sleep, or since a free op began,
 // whose count the peer publishes) and moves it onto its own CPU
 // (sched_setaffinity of the peer's thread: the kernel moves a queued task at
-// once). The moved rank takes its own CPU set back at its next op (the
-// `moves` count of its RankControl; the thread that runs that op: where ops
-// switch between the caller's thread and the op queue's, the moved one may
-// keep the waiter's CPU until it runs an op). Measured: docs/algorithms.md
-// "Binding ranks to CPUs".
+// once). Only a peer inside an op is moved (begun, not ended: this op, or
+// the last wait of the previous one): one between ops is computing (DDP's
+// backward between buckets), and moving it put two ranks' work on one CPU
+// (DDP CNN step 286 against 212 ms, measured). The
+// moved rank takes its own CPU set back when the op ends (the `moves` count
+// of its RankControl, read by the thread that ran the op). Measured:
+// docs/algorithms.md "Binding ranks to CPUs".
 //
 // At most one pull per op (the waiter's CPU runs one thread at a time); the
 // waiter looks every kPullCheckSlice for the first kPullChecks of a sleep,
@@ -45,8 +47,11 @@ class PeerPulling {
 
   // At an op's start, on the thread that runs it: takes this thread's CPU set
   // back if a peer moved it, fits it to the op's size (cpu_binding.h), and
-  // publishes what peers need to pull this thread.
+  // publishes what peers need to pull this thread. At its end: takes the CPU
+  // set back if a peer moved the thread during the op (so the caller's work
+  // after the op does not share the peer's CPU).
   void begin_op(uint64_t bytes);
+  void end_op();
 
   // True while this op may still pull a peer (sleep in kPullCheckSlice steps).
   bool armed() const {
@@ -63,6 +68,7 @@ class PeerPulling {
 
  private:
   void pull_one_preempted(uint64_t target);
+  bool take_moves();  // true (once) when a peer moved this rank's thread since the last call
 
   const Segment& segment_;
   int local_rank_;
@@ -72,6 +78,8 @@ class PeerPulling {
   int checks_left_ = 0;
   std::vector<int64_t> switches_seen_;  // per local rank, when this rank began to sleep (-1: unknown)
   uint32_t moves_seen_ = 0;             // this rank's RankControl::moves when it last took its CPU set back
+  uint64_t ops_begun_ = 0;              // ops of this group this rank began while bound
+  uint64_t op_bytes_ = 0;               // the current op's (for end_op)
   uint64_t pulls_ = 0;
 };
 
