@@ -15,10 +15,10 @@
 // once). Only a peer inside an op is moved (begun, not ended: this op, or
 // the last wait of the previous one): one between ops is computing (DDP's
 // backward between buckets), and moving it put two ranks' work on one CPU
-// (DDP CNN step 286 against 212 ms, measured). The
-// moved rank takes its own CPU set back when the op ends (the `moves` count
-// of its RankControl, read by the thread that ran the op). Measured:
-// docs/algorithms.md "Binding ranks to CPUs".
+// (DDP CNN step 286 against 212 ms, measured). The moved rank takes its own
+// CPU set back when the op ends (the `moves` count of its RankControl, read
+// by the thread that ran the op). Measured: docs/algorithms.md "Binding
+// ranks to CPUs".
 //
 // At most one pull per op (the waiter's CPU runs one thread at a time); the
 // waiter looks every kPullCheckSlice for the first kPullChecks of a sleep,
