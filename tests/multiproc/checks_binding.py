@@ -125,18 +125,19 @@ def preempted_peer_is_pulled(rank, world_size):
     """A busy process shares the last rank's CPU: that rank is preempted in the
     middle of ops, and a peer waiting for it moves it onto its own CPU
     (transport/shm/peer_pulling.h; ShmEngine.pulls counts them). Results stay
-    exact, and the moved rank's next op binds it to its own CPU again. Bounded:
-    at most 20 s of 16 MiB broadcasts."""
+    exact, and the moved rank is bound to its own CPU again once its op ends.
+    Bounded: at most 20 s of 16 MiB broadcasts; the busy process is killed even
+    on failure."""
     home = _home_cpu(rank)
     engine = fastcomm.fastcomm_backend().shm_engine
     pulls_before = engine.pulls
     count = read_options().shm_unbound_min_bytes // 4  # free ops: the peer's published count is used too
     t = torch.empty(count)
     busy = None
-    if rank == world_size - 1:
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        os.sched_setaffinity(busy.pid, {home})
     try:
+        if rank == world_size - 1:
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            os.sched_setaffinity(busy.pid, {home})
         deadline = time.monotonic() + 20
         for i in range(10_000):
             root = i % world_size
@@ -152,7 +153,7 @@ def preempted_peer_is_pulled(rank, world_size):
             busy.kill()
             busy.wait()
     assert status[0] > 0, f"no rank pulled its preempted peer in {i + 1} ops of {count * 4} B"
-    # The busy process is gone; a rank pulled during the first of these ops takes its CPU back in the second.
+    # The busy process is gone; a rank pulled during one of these ops takes its CPU back when it ends.
     for _ in range(2):
         _exact_small_all_reduce(rank, world_size)
     _assert_op_thread_cpus({home}, "a pulled rank did not take its own CPU back")
