@@ -142,7 +142,7 @@ class Engine {
     return pulling_.pulls();
   }
   bool moved_by_peer() const {
-    return segment_->control(local_rank_)->moving.load(std::memory_order_acquire) != 0;
+    return pulling_.moved_by_peer();
   }
 
  private:

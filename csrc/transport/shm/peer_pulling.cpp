@@ -44,6 +44,10 @@ int64_t involuntary_switches(int pid, int tid) {
 PeerPulling::PeerPulling(const Segment& segment, int local_rank)
     : segment_(segment), local_rank_(local_rank), switches_seen_(segment.local_size(), -1) {}
 
+bool PeerPulling::moved_by_peer() const {
+  return segment_.control(local_rank_)->moving.load(std::memory_order_acquire) != 0;
+}
+
 bool PeerPulling::take_moves() {
   RankControl* me = segment_.control(local_rank_);
   const uint32_t moves = me->moves.load(std::memory_order_acquire);
@@ -80,16 +84,16 @@ void PeerPulling::before_sleep(uint64_t target) {
     const RankControl* peer = segment_.control(r);
     switches_seen_[r] = r == local_rank_ ? -1 : involuntary_switches(peer->pid, peer->tid.load(std::memory_order_acquire));
   }
-  pull_one_preempted(target);
+  pull_one_preempted(target, /*counts_just_read=*/true);
 }
 
 void PeerPulling::after_wake(uint64_t target) {
   if (!armed()) return;
   --checks_left_;
-  pull_one_preempted(target);
+  pull_one_preempted(target, /*counts_just_read=*/false);
 }
 
-void PeerPulling::pull_one_preempted(uint64_t target) {
+void PeerPulling::pull_one_preempted(uint64_t target, bool counts_just_read) {
   const int cpu = ::sched_getcpu();
   for (int r = 0; r < segment_.local_size(); ++r) {
     RankControl* peer = segment_.control(r);
@@ -102,7 +106,8 @@ void PeerPulling::pull_one_preempted(uint64_t target) {
     // computing (DDP's backward between buckets), and moving it put two ranks' work on one CPU.
     if (peer->ops_ended.load(std::memory_order_acquire) >= peer->ops_begun.load(std::memory_order_acquire)) continue;
     const int tid = peer->tid.load(std::memory_order_acquire);
-    const int64_t now = involuntary_switches(peer->pid, tid);
+    // Right after before_sleep() read them, the counts are not read again (only the free op's test can hold).
+    const int64_t now = counts_just_read ? switches_seen_[r] : involuntary_switches(peer->pid, tid);
     const bool preempted = now >= 0 && ((switches_seen_[r] >= 0 && now > switches_seen_[r]) ||
                                         (op_runs_free_ && now > peer->free_op_switches.load(std::memory_order_relaxed)));
     if (!preempted) continue;
@@ -114,7 +119,7 @@ void PeerPulling::pull_one_preempted(uint64_t target) {
       peer->moving.store(0, std::memory_order_relaxed);
       continue;
     }
-    peer->moves.fetch_add(1, std::memory_order_release);  // after the move: the peer's next op sets its CPUs again
+    peer->moves.fetch_add(1, std::memory_order_release);  // after the move: the peer sets its CPUs again when its op ends
     pulled_this_op_ = true;
     ++pulls_;
     return;

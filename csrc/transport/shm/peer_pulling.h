@@ -61,13 +61,15 @@ class PeerPulling {
   void before_sleep(uint64_t target);
   void after_wake(uint64_t target);
 
-  // Peers this rank moved onto its CPU so far (tests and introspection).
+  // Peers this rank moved onto its CPU so far, and whether a peer is moving or
+  // moved this rank's thread since its latest op began (tests and introspection).
   uint64_t pulls() const {
     return pulls_;
   }
+  bool moved_by_peer() const;
 
  private:
-  void pull_one_preempted(uint64_t target);
+  void pull_one_preempted(uint64_t target, bool counts_just_read);
   bool take_moves();  // true (once) when a peer moved this rank's thread since the last call
 
   const Segment& segment_;
