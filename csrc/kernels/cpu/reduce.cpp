@@ -273,9 +273,9 @@ FASTCOMM_DTYPE_KERNELS(avx2, __attribute__((target("arch=x86-64-v3"))), HalfFloa
 // for a while everything on it runs slower. With 512-bit loops a 2-rank 64 KiB
 // all_reduce took 7.5-8.4 instead of 6.2 us for its first ~150-200 ops after the
 // ranks paused, and in ~1 ms stretches in long loops (the extra time showed in
-// the process_vm_readv beside the sum); 1 MiB 58.6-72.4 against 58.5-59.6 us
-// from one job to the next, 64 MiB 11.4-13.1 against 11.3-11.4 ms. The sum
-// reads memory at a few bytes per cycle, so the wider vector never paid.
+// the process_vm_readv beside the sum); against the kernels capped at AVX2, 3
+// jobs each: 1 MiB 58.6-72.4 against 58.5-59.6 us, 64 MiB 11.4-13.1 against
+// 11.3-11.4 ms. The sum is bound by memory, so the wider vector never paid.
 // Measured: docs/algorithms.md "Reductions".
 FASTCOMM_DTYPE_KERNELS(avx512, __attribute__((target("arch=x86-64-v4,prefer-vector-width=256"))), HalfFloatF16c)
 #endif

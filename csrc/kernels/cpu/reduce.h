@@ -13,8 +13,9 @@
 //
 // Vectorization: every dtype's loop is compiled three times (x86-64-v4 =
 // AVX-512 instructions on 256-bit vectors, x86-64-v3 = AVX2+FMA+F16C, baseline
-// x86-64) with GCC target attributes; reduce() runs the level kernels/cpu/isa.h picks, so tests cover
-// the baseline code on any machine by capping it.
+// x86-64) with GCC target attributes; reduce() runs the level
+// kernels/cpu/isa.h picks, so tests cover the baseline code on any machine by
+// capping it.
 #pragma once
 
 #include <cstdint>
