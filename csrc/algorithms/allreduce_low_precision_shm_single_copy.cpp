@@ -1,9 +1,10 @@
 // allreduce_low_precision_shm_single_copy: the low-precision all_reduce
 // (LowPrecisionWire, core/collective.h; the fp16/bf16 hooks' path) of an
 // ordinary tensor among the ranks of one host, with single copy's steps
-// (shm_single_copy.h): rank r reads slice r of every peer's tensor with
-// process_vm_readv, piece by piece, and for each piece scales, clamps and
-// rounds every rank's values to the wire dtype, sums them in float32 in rank
+// (shm_single_copy.h): rank r reads slice r of every peer's tensor (then the
+// pieces of other slices nobody claimed) with process_vm_readv, piece by
+// piece, and for each piece scales, clamps and rounds every rank's values to
+// the wire dtype, sums them in float32 in rank
 // order, rounds once and widens the sum into its own tensor
 // (compress::low_precision_sum_cpu: the wire values never leave registers),
 // then writes it into every peer's tensor with process_vm_writev.
@@ -15,7 +16,7 @@
 //            rank adds up the clamps of its own values.
 // Bit for bit the result of allreduce_low_precision_shm (same conversions,
 // same rank-order sums), with the same per-rank clamp counts. Per rank it
-// touches only its slice of each tensor (the segment path converts and widens
+// touches only its slice of each tensor and the pieces it takes over (the segment path converts and widens
 // the whole tensor on every rank): 1.4-2x faster from 64 KiB on 2 ranks
 // (docs/compression.md). Where a rank is refused cross-memory access the
 // group's first op runs the segment steps (allreduce_low_precision_shm.h) and
@@ -63,7 +64,7 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
     const auto peers = state.exchange(engine, op.data, element);
     if (!peers) return run_allreduce_low_precision_segment(engine, op);
     const int n = engine.local_size();
-    std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
+    std::vector<int64_t> clamped(n, 0);  // of each rank's values, in the pieces this rank reduces
     const auto reduce = [&](const void* const* sources, void* dst, int64_t len) {
       compress::low_precision_sum_cpu(sources, n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit, dst, len,
                                       clamped.data());

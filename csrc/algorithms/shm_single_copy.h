@@ -11,8 +11,12 @@
 //            piece at a time, into a private buffer that stays in L2, reduces
 //            the pieces with its own (rank order) into its own tensor, and
 //            writes the result into every peer's tensor while it is still in
-//            L2. Only rank r reads or writes slice r of any tensor, so nothing
-//            waits for anything in between;
+//            L2; then it does the same for the pieces of other slices that
+//            their owners have not claimed yet (work sharing, Engine::
+//            claim_piece: a preempted or slower rank's share is finished by
+//            its peers). Only the rank that claimed a piece reads or writes
+//            it in any tensor, so nothing waits for anything in between, and
+//            the sums are the same whoever does them (rank order);
 //   the caller's last round: nobody returns (and lets its caller touch the
 //            tensor) while a peer may still read or write it.
 //

@@ -191,6 +191,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("slot_bytes", &Engine::slot_bytes)
       .def_property_readonly("rounds", &Engine::rounds)
       .def_property_readonly("pulls", &Engine::pulls)
+      .def_property_readonly("pieces_taken_over", &Engine::pieces_taken_over)
       .def_property_readonly("moved_by_peer", &Engine::moved_by_peer);
   m.def(
       "set_cpu_binding",

@@ -157,3 +157,43 @@ def preempted_peer_is_pulled(rank, world_size):
     for _ in range(2):
         _exact_small_all_reduce(rank, world_size)
     _assert_op_thread_cpus({home}, "a pulled rank did not take its own CPU back")
+
+
+def preempted_peers_share_is_taken_over(rank, world_size):
+    """A busy process shares the last rank's CPU: that rank is preempted in the
+    middle of single-copy all_reduces, and a peer that finished its own share
+    does the rest of the preempted rank's pieces (work sharing, engine.h
+    claim_piece; ShmEngine.pieces_taken_over counts them). Results stay exact
+    whoever reduces a piece. Bounded: at most 20 s of 4 MiB all_reduces; the
+    busy process is killed even on failure."""
+    backend = fastcomm.fastcomm_backend()
+    low, high = backend.config.shm_allreduce_single_copy_min_bytes, backend.config.shm_allreduce_single_copy_max_bytes
+    count = (4 << 20) // 4
+    if not low or not low <= count * 4 <= high:
+        return  # single copy is off here (refused or configured away): nothing to take over
+    engine = backend.shm_engine
+    taken_before = engine.pieces_taken_over
+    used = lambda: backend.algorithm_counts().get("allreduce_shm_single_copy", 0)  # noqa: E731
+    used_before = used()
+    t = torch.empty(count)
+    busy = None
+    try:
+        if rank == world_size - 1:
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            os.sched_setaffinity(busy.pid, {_home_cpu(rank)})
+        deadline = time.monotonic() + 20
+        for i in range(10_000):
+            t.fill_(float(rank + 1 + i % 5))
+            dist.all_reduce(t)
+            expected = float(world_size * (world_size + 1) // 2 + world_size * (i % 5))
+            assert torch.equal(t, torch.full((count,), expected)), (i, t[:4])
+            status = torch.tensor([float(engine.pieces_taken_over - taken_before), float(time.monotonic() > deadline)])
+            dist.all_reduce(status)  # every rank stops after the same op (8 B: one-shot, not single copy)
+            if status.sum() > 0:
+                break
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    assert used() - used_before == i + 1, backend.algorithm_counts()
+    assert status[0] > 0, f"no rank took over a preempted peer's pieces in {i + 1} all_reduces of {count * 4} B"

@@ -22,3 +22,7 @@ def test_large_ops_run_free(pool_of):
 
 def test_preempted_peer_is_pulled(pool_of):
     pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.preempted_peer_is_pulled)
+
+
+def test_preempted_peers_share_is_taken_over(pool_of):
+    pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.preempted_peers_share_is_taken_over)

@@ -103,6 +103,22 @@ void Engine::post() {
   }
 }
 
+void Engine::open_my_pieces() {
+  // Relaxed: the round that follows (a seq_cst store) publishes it. Every
+  // claim of the previous op, failed ones included, came before its claimer
+  // posted that op's last round, which this rank has seen: the reset is later.
+  segment_->control(local_rank_)->pieces_claimed.store(0, std::memory_order_relaxed);
+}
+
+int64_t Engine::claim_piece(int owner, int64_t pieces) {
+  // Relaxed: a claim only decides who touches a piece (nobody else does); the
+  // op's last round orders the data.
+  const uint64_t claimed = segment_->control(owner)->pieces_claimed.fetch_add(1, std::memory_order_relaxed);
+  if (claimed >= static_cast<uint64_t>(pieces)) return -1;
+  if (owner != local_rank_) ++pieces_taken_over_;
+  return static_cast<int64_t>(claimed);
+}
+
 bool Engine::all_posted(uint64_t target) const {
   for (const auto r : c10::irange(local_size_)) {
     if (segment_->control(r)->posted.load(std::memory_order_acquire) < target) return false;

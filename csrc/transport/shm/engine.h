@@ -108,6 +108,21 @@ class Engine {
   // failure, c10::Error on a descriptor mismatch (first round of an op).
   void round();
 
+  // Work sharing inside an op (the single-copy all_reduces): local rank r's
+  // share of the op is a run of pieces that any local rank may take, r first
+  // and the others once their own share is done, so a rank that runs late
+  // (preempted, or its tensor's pages slower to reach) gets help instead of
+  // making every peer wait. open_my_pieces() before a round of the op (the
+  // round publishes it); after that round claim_piece(r, pieces) returns the
+  // index of a piece of r's share that nobody has claimed, or -1 once all
+  // `pieces` are. Every rank must pass the same `pieces` for a share.
+  void open_my_pieces();
+  int64_t claim_piece(int owner, int64_t pieces);
+  // Pieces of other ranks' shares this rank did so far (tests and introspection).
+  uint64_t pieces_taken_over() const {
+    return pieces_taken_over_;
+  }
+
   // Fails the current op on this rank and tells the local peers (they stop
   // waiting and fail too); the engine is unusable afterwards. For failures
   // outside the rounds, e.g. of the leaders' transport in a hierarchical op.
@@ -168,6 +183,7 @@ class Engine {
   bool check_pids_;
 
   uint64_t posted_ = 0;     // rounds this rank has posted
+  uint64_t pieces_taken_over_ = 0;
   uint64_t op_index_ = 0;   // ops begun
   int buffer_ = 1;          // current buffer; the first use takes buffer 0
   int rounds_in_use_ = 0;

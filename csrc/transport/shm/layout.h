@@ -22,7 +22,7 @@ namespace fastcomm::shm {
 constexpr uint64_t kMagic = 0x4d4d4f4354534146ull;  // "FASTCOMM" little-endian
 constexpr uint32_t kVersion = 5;
 constexpr size_t kHeaderBytes = 4096;
-constexpr size_t kControlBytes = 256;  // four cache lines per rank: no false sharing between ranks
+constexpr size_t kControlBytes = 320;  // five cache lines per rank: no false sharing between ranks
 constexpr size_t kSlotAlignment = 4096;
 constexpr int kBuffers = 2;  // uses of the data buffers alternate (see engine.h)
 
@@ -97,6 +97,10 @@ struct RankControl {
   // `p2p_sleepers` > 0, wakes the futex on it (p2p_channels.cpp).
   alignas(64) std::atomic<uint32_t> p2p_doorbell;
   std::atomic<uint32_t> p2p_sleepers;
+  // Fifth line: how many pieces of this rank's share of the current op local
+  // ranks have claimed (work sharing, Engine::claim_piece): this rank resets
+  // it before the op's first round, any rank takes pieces after that round.
+  alignas(64) std::atomic<uint64_t> pieces_claimed;
 };
 
 // Point-to-point channel geometry: a ring of kChannelSlots slots of
