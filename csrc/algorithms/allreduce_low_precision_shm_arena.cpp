@@ -11,7 +11,8 @@
 //            dtype, sum them in float32 in rank order, round once and widen
 //            the sum into slice r of its own tensor, in one pass
 //            (compress::low_precision_sum_cpu), then copy it into every
-//            peer's (as allreduce_shm_arena);
+//            peer's; then the pieces of other slices nobody has claimed yet
+//            (work sharing; both as allreduce_shm_arena);
 //   round 2: each rank has published how many of every rank's values it
 //            clamped, and nobody reads or writes a peer's tensor any more;
 //            each rank adds up the clamps of its own values.
@@ -73,10 +74,8 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
       const size_t element = c10::elementSize(op.dtype);
       const std::vector<char*> tensors = exchange_arena_tensors(engine, *arena, mine, op.data, op.bytes);
       std::vector<const void*> sources(n);
-      std::vector<int64_t> clamped(n, 0);  // of each rank's values, in my slice
-      const int64_t begin = slice_begin(op.count, n, me), end = slice_begin(op.count, n, me + 1);
-      for (int64_t offset = begin; offset < end; offset += kPieceElements) {
-        const int64_t len = std::min(kPieceElements, end - offset);
+      std::vector<int64_t> clamped(n, 0);  // of each rank's values, in the pieces this rank sums
+      for_each_claimed_piece(engine, op.count, kPieceElements, [&](int64_t offset, int64_t len) {
         char* const piece = op.data + offset * element;
         for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset * element;
         compress::low_precision_sum_cpu(sources.data(), n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit,
@@ -84,7 +83,7 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
         for (int q = 0; q < n; ++q) {
           if (q != me) copy_bytes(tensors[q] + offset * element, piece, len * element);
         }
-      }
+      });
       // Round 1's use, second round: nobody returns while a peer may still read or write its tensor.
       add_clamps(op.wire, exchange_clamp_counts(engine, clamped, kClampCountsOffset));
     };

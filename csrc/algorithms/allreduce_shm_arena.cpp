@@ -9,8 +9,10 @@
 //   reduce and distribute: rank r sums slice r of every rank's tensor in rank
 //            order into slice r of its own, a piece at a time, and copies
 //            each summed piece into every peer's tensor while it is still in
-//            this core's cache (only rank r reads or writes slice r of any
-//            tensor, so nothing waits in between);
+//            this core's cache; then it does the same for the pieces of other
+//            slices nobody has claimed yet (work sharing, shm_common.h
+//            for_each_claimed_piece). Only the rank that claimed a piece
+//            reads or writes it in any tensor, so nothing waits in between;
 //   round 2: no rank returns (and lets its caller touch the tensor) while a
 //            peer may still read or write it.
 // Per rank: S read + S/P written to reduce, (P-1)/P*S written to peers;
@@ -59,16 +61,14 @@ class AllreduceShmArena final : public ShmAlgorithm {
       const int64_t count = static_cast<int64_t>(r.total / r.element);
       const int64_t per_piece = std::max<int64_t>(1, static_cast<int64_t>(kPushPieceBytes / r.element));
       std::vector<const void*> sources(n);
-      const int64_t begin = slice_begin(count, n, me), end = slice_begin(count, n, me + 1);
-      for (int64_t at = begin; at < end; at += per_piece) {
-        const int64_t len = std::min(per_piece, end - at);
+      for_each_claimed_piece(engine, count, per_piece, [&](int64_t at, int64_t len) {
         const size_t offset = static_cast<size_t>(at) * r.element, bytes = static_cast<size_t>(len) * r.element;
         for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset;
         kernels::reduce(r.dtype, r.kind, sources.data(), n, r.data + offset, len);
         for (int q = 0; q < n; ++q) {
           if (q != me) copy_bytes(tensors[q] + offset, r.data + offset, bytes);
         }
-      }
+      });
       shm_empty_round(engine);  // nobody returns while a peer may still read or write its tensor
     };
     const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, shm::kRootArena);

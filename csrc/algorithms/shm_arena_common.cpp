@@ -16,6 +16,7 @@ std::vector<char*> exchange_arena_tensors(shm::Engine& engine, shm::Arena& arena
   const uint64_t op = arena.begin_collective();
   engine.start_use();
   std::memcpy(engine.my_slot(), &mine, sizeof(mine));
+  engine.open_my_pieces();  // published by this round: peers may claim pieces of my slice after it (all_reduce)
   engine.round();
   std::vector<char*> tensors(n);
   for (int q = 0; q < n; ++q) {

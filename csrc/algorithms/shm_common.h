@@ -116,6 +116,27 @@ inline int64_t slice_begin(int64_t count, int parts, int i) {
   return std::min<int64_t>(count, per * i);
 }
 
+// Work sharing (shm::Engine::claim_piece) over `count` elements in the slices
+// of slice_begin, one per local rank: calls piece(at, len) for every piece
+// (at most `per_piece` elements, within one slice) that this rank claims,
+// those of its own slice first, then whatever its peers have not claimed of
+// theirs, so a rank that runs late has its share finished by the others.
+// Every rank passes the same count and per_piece, after a round that followed
+// its open_my_pieces(). Each piece goes to exactly one rank.
+template <typename Piece>
+void for_each_claimed_piece(shm::Engine& engine, int64_t count, int64_t per_piece, Piece&& piece) {
+  const int n = engine.local_size(), me = engine.local_rank();
+  for (int k = 0; k < n; ++k) {
+    const int owner = (me + k) % n;
+    const int64_t begin = slice_begin(count, n, owner), end = slice_begin(count, n, owner + 1);
+    const int64_t pieces = (end - begin + per_piece - 1) / per_piece;
+    for (int64_t claimed; (claimed = engine.claim_piece(owner, pieces)) >= 0;) {
+      const int64_t at = begin + claimed * per_piece;
+      piece(at, std::min(per_piece, end - at));
+    }
+  }
+}
+
 // A round in a use of its own that writes nothing: it returns once every local
 // rank got this far (a barrier; the last round of an op whose peers read this
 // rank's memory, so it may return and let its caller write it). A use of its

@@ -94,29 +94,22 @@ void SingleCopyState::reduce_and_distribute(shm::Engine& engine, const std::vect
   const int64_t per_piece = std::max<int64_t>(1, static_cast<int64_t>(kSingleCopyPieceBytes / element));
   pieces_.resize(static_cast<size_t>(n) * per_piece * element);
   std::vector<const void*> sources(n);
-  // Slice `me` first, then whatever is left of the others' (work sharing, engine.h).
-  for (int k = 0; k < n; ++k) {
-    const int owner = (me + k) % n;
-    const int64_t begin = slice_begin(count, n, owner), end = slice_begin(count, n, owner + 1);
-    const int64_t pieces = (end - begin + per_piece - 1) / per_piece;
-    for (int64_t piece; (piece = engine.claim_piece(owner, pieces)) >= 0;) {
-      const int64_t at = begin + piece * per_piece, len = std::min(per_piece, end - at);
-      const size_t offset = static_cast<size_t>(at) * element, bytes = static_cast<size_t>(len) * element;
-      for (int q = 0; q < n; ++q) {
-        if (q == me) {
-          sources[q] = data + offset;
-          continue;
-        }
-        char* buffer = pieces_.data() + static_cast<size_t>(q) * per_piece * element;
-        access_or_fail(engine, peers[q], q, offset, buffer, bytes, Access::kRead);
-        sources[q] = buffer;
+  for_each_claimed_piece(engine, count, per_piece, [&](int64_t at, int64_t len) {
+    const size_t offset = static_cast<size_t>(at) * element, bytes = static_cast<size_t>(len) * element;
+    for (int q = 0; q < n; ++q) {
+      if (q == me) {
+        sources[q] = data + offset;
+        continue;
       }
-      reduce(sources.data(), data + offset, len);
-      for (int q = 0; q < n; ++q) {
-        if (q != me) access_or_fail(engine, peers[q], q, offset, data + offset, bytes, Access::kWrite);
-      }
+      char* piece = pieces_.data() + static_cast<size_t>(q) * per_piece * element;
+      access_or_fail(engine, peers[q], q, offset, piece, bytes, Access::kRead);
+      sources[q] = piece;
     }
-  }
+    reduce(sources.data(), data + offset, len);
+    for (int q = 0; q < n; ++q) {
+      if (q != me) access_or_fail(engine, peers[q], q, offset, data + offset, bytes, Access::kWrite);
+    }
+  });
 }
 
 }  // namespace fastcomm
