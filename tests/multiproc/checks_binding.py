@@ -121,6 +121,31 @@ def large_ops_run_free(rank, world_size):
     _assert_op_thread_cpus({home}, "small")
 
 
+def _until_beside_busy_process(rank, world_size, step, progress) -> tuple[int, float]:
+    """Runs step(i) for i = 0, 1, ... while a busy-loop process shares the last
+    rank's CPU, until some rank's progress() grew or 20 s passed (every rank
+    stops after the same step). Returns the steps run and the growth summed
+    over the ranks. The busy process is killed even on failure."""
+    before = progress()
+    busy = None
+    try:
+        if rank == world_size - 1:
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            os.sched_setaffinity(busy.pid, {_home_cpu(rank)})
+        deadline = time.monotonic() + 20
+        for i in range(10_000):
+            step(i)
+            status = torch.tensor([float(progress() - before), float(time.monotonic() > deadline)])
+            dist.all_reduce(status)  # 8 B: one-shot, never the algorithm under test
+            if status.sum() > 0:
+                break
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    return i + 1, float(status[0])
+
+
 def preempted_peer_is_pulled(rank, world_size):
     """A busy process shares the last rank's CPU: that rank is preempted in the
     middle of ops, and a peer waiting for it moves it onto its own CPU
@@ -130,29 +155,17 @@ def preempted_peer_is_pulled(rank, world_size):
     on failure."""
     home = _home_cpu(rank)
     engine = fastcomm.fastcomm_backend().shm_engine
-    pulls_before = engine.pulls
     count = read_options().shm_unbound_min_bytes // 4  # free ops: the peer's published count is used too
     t = torch.empty(count)
-    busy = None
-    try:
-        if rank == world_size - 1:
-            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            os.sched_setaffinity(busy.pid, {home})
-        deadline = time.monotonic() + 20
-        for i in range(10_000):
-            root = i % world_size
-            t.fill_(float(root + 1) if rank == root else -1.0)
-            dist.broadcast(t, src=root)
-            assert torch.equal(t, torch.full((count,), float(root + 1))), (i, t[:4])
-            status = torch.tensor([float(engine.pulls - pulls_before), float(time.monotonic() > deadline)])
-            dist.all_reduce(status)  # every rank stops after the same op
-            if status.sum() > 0:
-                break
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-    assert status[0] > 0, f"no rank pulled its preempted peer in {i + 1} ops of {count * 4} B"
+
+    def broadcast(i):
+        root = i % world_size
+        t.fill_(float(root + 1) if rank == root else -1.0)
+        dist.broadcast(t, src=root)
+        assert torch.equal(t, torch.full((count,), float(root + 1))), (i, t[:4])
+
+    steps, pulls = _until_beside_busy_process(rank, world_size, broadcast, lambda: engine.pulls)
+    assert pulls > 0, f"no rank pulled its preempted peer in {steps} ops of {count * 4} B"
     # The busy process is gone; a rank pulled during one of these ops takes its CPU back when it ends.
     for _ in range(2):
         _exact_small_all_reduce(rank, world_size)
@@ -172,28 +185,16 @@ def preempted_peers_share_is_taken_over(rank, world_size):
     if not low or not low <= count * 4 <= high:
         return  # single copy is off here (refused or configured away): nothing to take over
     engine = backend.shm_engine
-    taken_before = engine.pieces_taken_over
     used = lambda: backend.algorithm_counts().get("allreduce_shm_single_copy", 0)  # noqa: E731
     used_before = used()
     t = torch.empty(count)
-    busy = None
-    try:
-        if rank == world_size - 1:
-            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            os.sched_setaffinity(busy.pid, {_home_cpu(rank)})
-        deadline = time.monotonic() + 20
-        for i in range(10_000):
-            t.fill_(float(rank + 1 + i % 5))
-            dist.all_reduce(t)
-            expected = float(world_size * (world_size + 1) // 2 + world_size * (i % 5))
-            assert torch.equal(t, torch.full((count,), expected)), (i, t[:4])
-            status = torch.tensor([float(engine.pieces_taken_over - taken_before), float(time.monotonic() > deadline)])
-            dist.all_reduce(status)  # every rank stops after the same op (8 B: one-shot, not single copy)
-            if status.sum() > 0:
-                break
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-    assert used() - used_before == i + 1, backend.algorithm_counts()
-    assert status[0] > 0, f"no rank took over a preempted peer's pieces in {i + 1} all_reduces of {count * 4} B"
+
+    def all_reduce(i):
+        t.fill_(float(rank + 1 + i % 5))
+        dist.all_reduce(t)
+        expected = float(world_size * (world_size + 1) // 2 + world_size * (i % 5))
+        assert torch.equal(t, torch.full((count,), expected)), (i, t[:4])
+
+    steps, taken = _until_beside_busy_process(rank, world_size, all_reduce, lambda: engine.pieces_taken_over)
+    assert used() - used_before == steps, backend.algorithm_counts()
+    assert taken > 0, f"no rank took over a preempted peer's pieces in {steps} all_reduces of {count * 4} B"
