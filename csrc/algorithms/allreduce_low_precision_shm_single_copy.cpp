@@ -4,10 +4,10 @@
 // (shm_single_copy.h): rank r reads slice r of every peer's tensor (then the
 // pieces of other slices nobody claimed) with process_vm_readv, piece by
 // piece, and for each piece scales, clamps and rounds every rank's values to
-// the wire dtype, sums them in float32 in rank
-// order, rounds once and widens the sum into its own tensor
-// (compress::low_precision_sum_cpu: the wire values never leave registers),
-// then writes it into every peer's tensor with process_vm_writev.
+// the wire dtype, sums them in float32 in rank order, rounds once and widens
+// the sum into its own tensor (compress::low_precision_sum_cpu: the wire
+// values never leave registers), then writes it into every peer's tensor with
+// process_vm_writev.
 //
 //   exchange: where the tensors are (and the permission round, first op);
 //   reduce and distribute: as above;
@@ -16,11 +16,11 @@
 //            rank adds up the clamps of its own values.
 // Bit for bit the result of allreduce_low_precision_shm (same conversions,
 // same rank-order sums), with the same per-rank clamp counts. Per rank it
-// touches only its slice of each tensor and the pieces it takes over (the segment path converts and widens
-// the whole tensor on every rank): 1.4-2x faster from 64 KiB on 2 ranks
-// (docs/compression.md). Where a rank is refused cross-memory access the
-// group's first op runs the segment steps (allreduce_low_precision_shm.h) and
-// later ones go to the segment path.
+// touches only its slice of each tensor and the pieces it takes over (the
+// segment path converts and widens the whole tensor on every rank): 1.4-2x
+// faster from 64 KiB on 2 ranks (docs/compression.md). Where a rank is refused
+// cross-memory access the group's first op runs the segment steps
+// (allreduce_low_precision_shm.h) and later ones go to the segment path.
 #include <memory>
 #include <vector>
 

@@ -108,7 +108,8 @@ class Engine {
   // failure, c10::Error on a descriptor mismatch (first round of an op).
   void round();
 
-  // Work sharing inside an op (the single-copy all_reduces): local rank r's
+  // Work sharing inside an op (the all_reduces that read the peers' tensors in
+  // place: single copy and the arena's; algorithms/shm_common.h): local rank r's
   // share of the op is a run of pieces that any local rank may take, r first
   // and the others once their own share is done, so a rank that runs late
   // (preempted, or its tensor's pages slower to reach) gets help instead of
@@ -183,7 +184,7 @@ class Engine {
   bool check_pids_;
 
   uint64_t posted_ = 0;     // rounds this rank has posted
-  uint64_t pieces_taken_over_ = 0;
+  uint64_t pieces_taken_over_ = 0;  // pieces of other ranks' shares this rank claimed
   uint64_t op_index_ = 0;   // ops begun
   int buffer_ = 1;          // current buffer; the first use takes buffer 0
   int rounds_in_use_ = 0;
