@@ -45,6 +45,13 @@ class Options:
     # smaller ones go through the segment (ordinary tensors: single copy or the
     # segment). 0: always in place. Measured: docs/compression.md.
     shm_low_precision_arena_min_bytes: int = 4 << 10
+    # An all_reduce of an arena tensor of at least this many bytes reads and
+    # writes the peers' tensors in place (allreduce_shm_arena); smaller ones run
+    # one-shot (one round through the segment). 2 ranks, arena tensors: 8 KiB
+    # 2 us either way, 32 KiB 2 against 7, 64 KiB 3 against 14 (one-shot reads
+    # every peer's whole slot); 4 ranks on 2 cores alike at 8 KiB, one-shot
+    # ahead below. 0: always in place. Measured: docs/algorithms.md "The arena".
+    shm_arena_min_bytes: int = 8 << 10
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment, the default) where the host's
@@ -172,6 +179,7 @@ def read_options() -> Options:
         shm_allreduce_single_copy_max_bytes=_int_at_least(
             "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", Options.shm_allreduce_single_copy_max_bytes, 0
         ),
+        shm_arena_min_bytes=_int_at_least("FASTCOMM_SHM_ARENA_MIN_BYTES", Options.shm_arena_min_bytes, 0),
         shm_low_precision_arena_min_bytes=_int_at_least(
             "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", Options.shm_low_precision_arena_min_bytes, 0
         ),

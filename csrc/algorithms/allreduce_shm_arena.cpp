@@ -37,8 +37,12 @@ constexpr size_t kPushPieceBytes = 256 << 10;
 
 class AllreduceShmArena final : public ShmAlgorithm {
  public:
-  AllreduceShmArena(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t async_min_bytes)
-      : ShmAlgorithm(std::move(topology)), arena_(std::move(arena)), async_min_bytes_(async_min_bytes) {}
+  AllreduceShmArena(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
+                    int64_t async_min_bytes)
+      : ShmAlgorithm(std::move(topology)),
+        arena_(std::move(arena)),
+        min_bytes_(min_bytes),
+        async_min_bytes_(async_min_bytes) {}
 
   const char* name() const override {
     return "allreduce_shm_arena";
@@ -46,6 +50,7 @@ class AllreduceShmArena final : public ShmAlgorithm {
 
   bool accepts(const Collective& c) const override {
     return c.type == c10d::OpType::ALLREDUCE && topology_.single_host() && shm_reduces_one_tensor(c) &&
+           static_cast<int64_t>(c.inputs[0].nbytes()) >= min_bytes_ &&
            find_arena_tensor(*arena_, c.inputs[0].data_ptr(), c.inputs[0].nbytes()).has_value();
   }
 
@@ -77,14 +82,15 @@ class AllreduceShmArena final : public ShmAlgorithm {
 
  private:
   std::shared_ptr<shm::Arena> arena_;
+  int64_t min_bytes_;  // smaller arena tensors run one-shot
   int64_t async_min_bytes_;
 };
 
 }  // namespace
 
 std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
-                                                    int64_t async_min_bytes) {
-  return std::make_unique<AllreduceShmArena>(std::move(topology), std::move(arena), async_min_bytes);
+                                                    int64_t min_bytes, int64_t async_min_bytes) {
+  return std::make_unique<AllreduceShmArena>(std::move(topology), std::move(arena), min_bytes, async_min_bytes);
 }
 
 }  // namespace fastcomm

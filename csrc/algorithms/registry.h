@@ -42,9 +42,9 @@ std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t 
 // all_gather / reduce_scatter_tensor of inputs in the arena, read in place (shm_arena_common.h).
 std::unique_ptr<Algorithm> make_allgather_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena);
 std::unique_ptr<Algorithm> make_reduce_scatter_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena);
-// all_reduce of tensors in the ranks' arenas (allocateTensor), read in place.
+// all_reduce of tensors in the ranks' arenas (allocateTensor) of at least min_bytes, read in place.
 std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
-                                                    int64_t async_min_bytes);
+                                                    int64_t min_bytes, int64_t async_min_bytes);
 // max_bytes: the largest all_reduce the one-shot algorithm takes; larger ones run two-shot.
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
 // all_reduce of an ordinary tensor (not in `arena`) of [min_bytes, max_bytes]

@@ -62,13 +62,15 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_reinterpret_dtype());
   if (topology.single_host()) {
     // Single copy first (ordinary tensors of its range: from 32 KiB on 2 ranks
-    // it beat one-shot, measured); where the kernel refuses it, or below its
-    // range, one-shot, whose one round beats the arena's rounds below its limit.
+    // it beat one-shot, measured), the arena's in-place all_reduce for arena
+    // tensors from shm_arena_min_bytes (it beat one-shot from 8 KiB); where
+    // the kernel refuses single copy, below its range, or below the arena's
+    // minimum, one-shot, whose one round wins for small messages.
     dispatcher_.add(make_allreduce_shm_single_copy(topology, arena_, config_.shm_allreduce_single_copy_min_bytes,
                                                    config_.shm_allreduce_single_copy_max_bytes,
                                                    config_.shm_async_min_bytes));
+    dispatcher_.add(make_allreduce_shm_arena(topology, arena_, config_.shm_arena_min_bytes, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
-    dispatcher_.add(make_allreduce_shm_arena(topology, arena_, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology, config_.shm_async_min_bytes));
     dispatcher_.add(make_broadcast_shm(topology));
     dispatcher_.add(make_reduce_shm(topology));

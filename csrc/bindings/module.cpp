@@ -78,6 +78,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm_allreduce_single_copy_min_bytes", &Config::shm_allreduce_single_copy_min_bytes)
       .def_readwrite("shm_allreduce_single_copy_max_bytes", &Config::shm_allreduce_single_copy_max_bytes)
       .def_readwrite("shm_low_precision_arena_min_bytes", &Config::shm_low_precision_arena_min_bytes)
+      .def_readwrite("shm_arena_min_bytes", &Config::shm_arena_min_bytes)
       .def_readwrite("shm_bind_cpus", &Config::shm_bind_cpus)
       .def_readwrite("shm_unbound_min_bytes", &Config::shm_unbound_min_bytes)
       .def_readwrite("pipeline_piece_bytes", &Config::pipeline_piece_bytes)

@@ -25,6 +25,7 @@ struct Config {
   int64_t shm_allreduce_single_copy_min_bytes = 0;
   int64_t shm_allreduce_single_copy_max_bytes = 0;
   int64_t shm_low_precision_arena_min_bytes = 0;
+  int64_t shm_arena_min_bytes = 0;
   int64_t shm_bind_cpus = 0;  // used in Python only (fastcomm/_shm.py binds at set-up)
   int64_t shm_unbound_min_bytes = 0;  // used through _C.set_cpu_binding (fastcomm/_shm.py, at set-up)
   int64_t pipeline_piece_bytes = 0;

@@ -28,8 +28,8 @@ def _arena_mappings() -> int:
 def all_reduce_in_place(rank, world_size):
     """Every reducible dtype the engine computes, SUM and MAX, sizes from 1 to
     several MiB (not multiples of the rank count), a view inside an arena
-    tensor too: exact; through allreduce_shm_arena above one-shot's limit
-    (FASTCOMM_SHM_ONESHOT_MAX_BYTES: S * (P-1)^2 <= 128 KiB stays one-shot)."""
+    tensor too: exact; through allreduce_shm_arena from the group's
+    shm_arena_min_bytes (FASTCOMM_SHM_ARENA_MIN_BYTES), one-shot below it."""
     backend = fastcomm.fastcomm_backend()
     before = backend.algorithm_counts().get("allreduce_shm_arena", 0)
     calls = 0
@@ -41,7 +41,7 @@ def all_reduce_in_place(rank, world_size):
                 t.copy_(everyone[rank])
                 dist.all_reduce(t, op=op)
                 assert_equal(t, reduce_reference(everyone, op, dtype), f"arena all_reduce {dtype} {op} x{numel}")
-                calls += t.nbytes * (world_size - 1) ** 2 > 128 << 10
+                calls += t.nbytes >= backend.config.shm_arena_min_bytes
     big = backend.allocate_tensor(1_000_003)
     view = big[7:700_007]
     view.copy_(rank_input(rank, (700_000,), torch.float32))
@@ -199,7 +199,7 @@ def arena_on_some_ranks_only(rank, world_size):
     all_gather, reduce_scatter_tensor): every rank raises a clear error, and the
     group works afterwards."""
     backend = fastcomm.fastcomm_backend()
-    t = backend.allocate_tensor(100_000) if rank == 0 else torch.zeros(100_000)  # above one-shot's limit
+    t = backend.allocate_tensor(100_000) if rank == 0 else torch.zeros(100_000)  # above the arena's minimum
     u = backend.allocate_tensor(world_size * 40_000) if rank == 0 else torch.zeros(world_size * 40_000)
     calls = [("all_reduce", lambda: dist.all_reduce(t)),
              ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(torch.zeros(world_size * 100_000), t)),

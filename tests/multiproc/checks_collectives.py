@@ -151,7 +151,7 @@ def large_all_reduce_single_copy(rank, world_size):
     t = torch.ones(high // 4 + 1)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full_like(t, float(world_size)))
-    a = backend.allocate_tensor(max(low, 256 << 10) // 4, torch.float32)  # above one-shot's limit
+    a = backend.allocate_tensor(max(low, 256 << 10) // 4, torch.float32)  # above the arena's minimum
     a.fill_(rank + 1)
     dist.all_reduce(a)
     assert torch.equal(a, torch.full_like(a, float(world_size * (world_size + 1) // 2)))

@@ -82,6 +82,8 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
     ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 4 << 10, 0, "16K",
      "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K."),
+    ("FASTCOMM_SHM_ARENA_MIN_BYTES", "shm_arena_min_bytes", 8 << 10, 0, "8K",
+     "FASTCOMM_SHM_ARENA_MIN_BYTES must be a non-negative integer, got .8K."),
 ])
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
     monkeypatch.delenv(name, raising=False)
@@ -126,7 +128,7 @@ def test_config_carries_every_option_and_the_host_plan():
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
                       shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
-                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_arena_min_bytes=31, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
