@@ -69,7 +69,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_allreduce_shm_single_copy(topology, arena_, config_.shm_allreduce_single_copy_min_bytes,
                                                    config_.shm_allreduce_single_copy_max_bytes,
                                                    config_.shm_async_min_bytes));
-    dispatcher_.add(make_allreduce_shm_arena(topology, arena_, config_.shm_arena_min_bytes, config_.shm_async_min_bytes));
+    dispatcher_.add(
+        make_allreduce_shm_arena(topology, arena_, config_.shm_arena_min_bytes, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));
     dispatcher_.add(make_allreduce_shm_twoshot(topology, config_.shm_async_min_bytes));
     dispatcher_.add(make_broadcast_shm(topology));

@@ -519,13 +519,13 @@ def comm_buffers_in_arena(rank, world_size):
     import fastcomm
 
     backend = fastcomm.fastcomm_backend()
-    expected_path = {"int8": "allgather_shm_arena", "topk": "allgather_shm_arena", "sign": "allgather_shm_arena",
-                     "powersgd": ("allreduce_shm_arena", "allreduce_shm_oneshot")}
+    expected_paths = {"int8": ("allgather_shm_arena",), "topk": ("allgather_shm_arena",),
+                      "sign": ("allgather_shm_arena",), "powersgd": ("allreduce_shm_arena", "allreduce_shm_oneshot")}
 
     def count(paths):
-        return sum(backend.algorithm_counts().get(p, 0) for p in (paths if isinstance(paths, tuple) else (paths,)))
+        return sum(backend.algorithm_counts().get(p, 0) for p in paths)
 
-    for name, path in expected_path.items():
+    for name, paths in expected_paths.items():
         for group_backend in ("fastcomm", "gloo"):
             torch.manual_seed(0)
             model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 64))  # 2 MiB of gradients
@@ -533,11 +533,11 @@ def comm_buffers_in_arena(rank, world_size):
             options = {"start_step": 0, "rank": 4} if name == "powersgd" else {}
             state = hooks.make_state(name, group_of(group_backend), **options)
             ddp.register_comm_hook(state, HOOKS[name][1])
-            counts_before, blocks_before = count(path), backend.arena_stats()["blocks"]
+            counts_before, blocks_before = count(paths), backend.arena_stats()["blocks"]
             for step in range(3):
                 ddp.zero_grad()
                 ddp(torch.randn(8, 512, generator=torch.Generator().manual_seed(step * 10 + rank))).square().sum().backward()
-            used = count(path) - counts_before
+            used = count(paths) - counts_before
             blocks = backend.arena_stats()["blocks"] - blocks_before
             if group_backend == "gloo":
                 assert used == 0 and blocks == 0, (name, used, blocks)
