@@ -56,12 +56,15 @@ class Options:
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment, the default) where the host's
     # ranks are exactly as many as the CPUs they may use (one each, as Open MPI
-    # binds by default; resolve_bind_cpus), 0 never. auto is the default because
+    # binds by default; resolve_cpu_placement), 0 never. auto is the default because
     # beside a busy process unbound ranks often share one core (1 MiB 2x, 16 MiB
     # 1.6x slower) and bound ones do not, quiet runs and a DDP step measured the
-    # same. Not auto where ranks outnumber CPUs (a bound rank cannot escape a busy
-    # neighbour) or CPUs outnumber ranks (a rank's intra-op threads may use them).
-    # Measured: docs/algorithms.md "Binding ranks to CPUs".
+    # same. Not bound where ranks outnumber CPUs (a bound rank cannot escape a busy
+    # neighbour): there auto keeps each op's thread on that CPU while no other
+    # process uses the CPUs (transport/shm/home_keeping.h; 4 ranks on 2 cores,
+    # quiet: 64 KiB and 1 MiB rounds within 1.18x and 1.04x of each other, against
+    # 1.83x and 2.13x free). Nothing where CPUs outnumber ranks (a rank's intra-op
+    # threads may use them). Measured: docs/algorithms.md "Binding ranks to CPUs".
     shm_bind_cpus: int = -1
     # A bound process runs shared-memory ops of at least this many bytes on any
     # of the CPUs it had before binding, smaller ones on its own CPU (the thread
@@ -121,12 +124,19 @@ def _bind_mode(name: str, default: int) -> int:
     return modes[raw]
 
 
-def resolve_bind_cpus(value: int, local_ranks: int, cpus: int) -> bool:
-    """FASTCOMM_SHM_BIND_CPUS as given (1, 0), or its automatic value (-1): bind
-    where the host's ranks are as many as the CPUs they may use, so each gets one."""
+def resolve_cpu_placement(value: int, local_ranks: int, cpus: int) -> str:
+    """FASTCOMM_SHM_BIND_CPUS as given (1: "bind", 0: "free"), or its automatic
+    value (-1): "bind" where the host's ranks are as many as the CPUs they may
+    use, so each gets one; "keep_home" where they outnumber them (unbound, but
+    each returns to its home CPU while nothing else runs: home_keeping.h);
+    "free" where CPUs are spare, and for a rank alone on its host (nothing to share)."""
+    if local_ranks <= 1:
+        return "free"
     if value >= 0:
-        return value == 1
-    return local_ranks > 1 and local_ranks == cpus
+        return "bind" if value == 1 else "free"
+    if local_ranks < cpus:
+        return "free"
+    return "bind" if local_ranks == cpus else "keep_home"
 
 
 def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:

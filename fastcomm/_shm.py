@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from fastcomm import _C
 from fastcomm._gloo import make_gloo
-from fastcomm._options import Options, resolve_bind_cpus
+from fastcomm._options import Options, resolve_cpu_placement
 
 _PREFIX = "fastcomm/shm/"
 
@@ -91,6 +91,8 @@ def _get_all(store: dist.Store, kind: str, ranks, clock: _Clock) -> list[str]:
 
 # The CPUs this process could use before FASTCOMM_SHM_BIND_CPUS bound it to one (None: not bound).
 _cpus_before_binding: list[int] | None = None
+# The CPU this unbound process returns to while the host is quiet (None: none; home_keeping.h).
+_home_cpu: int | None = None
 
 
 def usable_cpus() -> list[int]:
@@ -104,7 +106,7 @@ def _bind_to_cpu(local_rank: int, unbound_min_bytes: int) -> None:
     excepted (transport/shm/cpu_binding.h); once per process (its first group's
     options)."""
     global _cpus_before_binding
-    if _cpus_before_binding is not None:
+    if _cpus_before_binding is not None or _home_cpu is not None:
         return
     cpus = usable_cpus()
     cpu = cpus[local_rank % len(cpus)]
@@ -116,6 +118,27 @@ def _bind_to_cpu(local_rank: int, unbound_min_bytes: int) -> None:
     _cpus_before_binding = cpus
     _C.set_cpu_binding(cpu, cpus, unbound_min_bytes)
     os.register_at_fork(after_in_child=_unbind_forked_child)
+
+
+def _keep_home_cpu(local_rank: int) -> None:
+    """Ranks that outnumber their CPUs stay unbound, but each op's thread returns
+    to CPU `local_rank` mod the CPUs it may use while nothing else runs on them
+    (transport/shm/home_keeping.h); once per process (its first group's)."""
+    global _home_cpu
+    if _home_cpu is not None or _cpus_before_binding is not None:
+        return
+    cpus = usable_cpus()
+    _home_cpu = cpus[local_rank % len(cpus)]
+    _C.set_home_cpu(_home_cpu, cpus)
+    os.register_at_fork(after_in_child=_forget_home_in_forked_child)
+
+
+def _forget_home_in_forked_child() -> None:
+    """A child forked from such a rank (a DataLoader worker) has no home CPU."""
+    global _home_cpu
+    if _home_cpu is not None:
+        _C.set_home_cpu(-1, [])
+        _home_cpu = None
 
 
 def _unbind_forked_child() -> None:
@@ -185,8 +208,11 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
         if rank == 0:
             warnings.warn(f"fastcomm: {reason}; using Gloo", RuntimeWarning, stacklevel=3)
         return ShmPlan()
-    if len(local) > 1 and resolve_bind_cpus(options.shm_bind_cpus, len(local), len(usable_cpus())):
+    placement = resolve_cpu_placement(options.shm_bind_cpus, len(local), len(usable_cpus()))
+    if placement == "bind":
         _bind_to_cpu(local_rank, options.shm_unbound_min_bytes)
+    elif placement == "keep_home":
+        _keep_home_cpu(local_rank)
     if len(hosts) == 1:
         return ShmPlan(engine=engine)
     if len(hosts) == size:

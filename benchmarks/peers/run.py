@@ -9,8 +9,10 @@ method: per sample the library's own barrier (untimed), one timed op, the
 slowest rank (mpi_worker.py, torch_worker.py); one more untimed barrier after
 a size's samples (with more ranks than cores, a rank that went on to other
 work would hold the CPU from a peer finishing its last op: one time slice in
-that sample); each job first settles (--settle: a start where the scheduler
-puts two ranks on one CPU usually lasts ~20 ms; now and then a whole job).
+that sample); each job first settles (--settle, 0.5 s: a start where the
+scheduler puts two ranks on one CPU usually lasts ~20 ms, now and then a whole
+job; where ranks outnumber CPUs fastcomm returns them to their home CPUs after
+its first 250 ms load window, transport/shm/home_keeping.h).
 Rounds are interleaved: round k runs every library once, in an order that
 rotates, so a noisy moment hits all of them alike. Each library's run records how much CPU other processes
 used meanwhile (the machine's busy time from /proc/stat less the job's own),
@@ -156,7 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=30, help="samples per size per round")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--settle", type=float, default=0.2,
+    p.add_argument("--settle", type=float, default=0.5,
                    help="seconds of untimed small all_reduces each job runs before its first size (scheduler placement settles)")
     p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="cpp",
                    help="how fastcomm and Gloo are called (torch_worker.py)")

@@ -15,6 +15,7 @@
 #include "kernels/cpu/reduce.h"
 #include "transport/shm/cpu_binding.h"
 #include "transport/shm/engine.h"
+#include "transport/shm/home_keeping.h"
 
 namespace py = pybind11;
 
@@ -193,7 +194,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("rounds", &Engine::rounds)
       .def_property_readonly("pulls", &Engine::pulls)
       .def_property_readonly("pieces_taken_over", &Engine::pieces_taken_over)
-      .def_property_readonly("moved_by_peer", &Engine::moved_by_peer);
+      .def_property_readonly("moved_by_peer", &Engine::moved_by_peer)
+      .def_property_readonly("home_returns", &Engine::home_returns)
+      .def_property_readonly("foreign_load", &Engine::foreign_load);
   m.def(
       "set_cpu_binding",
       [](int home_cpu, std::vector<int> cpus, int64_t unbound_min_bytes) {
@@ -202,6 +205,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("home_cpu"), py::arg("cpus"), py::arg("unbound_min_bytes"),
       "The process is bound to `home_cpu` (< 0: not bound); shared-memory ops of at least `unbound_min_bytes` run "
       "on any of `cpus` (transport/shm/cpu_binding.h). Call while no op runs.");
+  m.attr("HOME_QUIET_FOREIGN_SHARE") = fastcomm::shm::kQuietForeignShare;
+  m.def(
+      "set_home_cpu",
+      [](int home_cpu, std::vector<int> cpus) { fastcomm::shm::set_home_cpu(home_cpu, std::move(cpus)); },
+      py::arg("home_cpu"), py::arg("cpus"),
+      "The process's shared-memory ops return to `home_cpu` while the host's `cpus` are quiet (< 0: never; "
+      "transport/shm/home_keeping.h). Call while no op runs.");
 
   using fastcomm::kernels::Isa;
   py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")

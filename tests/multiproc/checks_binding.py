@@ -1,5 +1,6 @@
 """FASTCOMM_SHM_BIND_CPUS: 1 binds each rank's process to one CPU by its local rank; auto
-does so only where the host's ranks are as many as their CPUs; a child
+does so only where the host's ranks are as many as their CPUs, and where they
+outnumber them returns ops' threads to that CPU while the host is quiet; a child
 forked from a bound rank gets the CPUs back; ops of at least
 FASTCOMM_SHM_UNBOUND_MIN_BYTES run free; a waiter moves a preempted peer onto
 its CPU (runs in a RankPool)."""
@@ -49,13 +50,15 @@ def bound_by_local_rank(rank, world_size):
 
 def auto_binds_where_ranks_match_cpus(rank, world_size):
     """auto: bound as above where the ranks are as many as the CPUs they
-    may use (2 ranks on this 2-CPU machine), else left alone (3 ranks here)."""
+    may use (2 ranks on this 2-CPU machine), else left alone (3 ranks here),
+    with a home CPU to return to where they outnumber the CPUs."""
     cpus = _shm.usable_cpus()
     if world_size == len(cpus):
         bound_by_local_rank(rank, world_size)
     else:
         assert _shm._cpus_before_binding is None, "auto bound ranks that do not match the CPUs"
         assert all(c == set(cpus) for c in _thread_cpus().values()), (cpus, _thread_cpus())
+        assert _shm._home_cpu == (cpus[rank % len(cpus)] if world_size > len(cpus) else None), _shm._home_cpu
 
 
 def forked_child_gets_the_cpus_back(rank, world_size):
@@ -198,3 +201,59 @@ def preempted_peers_share_is_taken_over(rank, world_size):
     steps, taken = _until_beside_busy_process(rank, world_size, all_reduce, lambda: engine.pieces_taken_over)
     assert used() - used_before == steps, backend.algorithm_counts()
     assert taken > 0, f"no rank took over a preempted peer's pieces in {steps} all_reduces of {count * 4} B"
+
+
+def _move_off_home(home: int, cpus: list[int]) -> None:
+    """Puts this thread on a CPU other than `home`, then lets it run anywhere again
+    (as the scheduler's balancer moves a rank)."""
+    os.sched_setaffinity(0, {next(c for c in cpus if c != home)})
+    os.sched_setaffinity(0, set(cpus))
+
+
+def _displaced_ops_for(seconds: float, rank, world_size, home, cpus, until=None) -> None:
+    """Small exact all_reduces, each begun off the home CPU, for `seconds` (every
+    rank stops after the same op), or until until() holds on every rank."""
+    deadline = time.monotonic() + seconds
+    for _ in range(1_000_000):
+        if until is None or not until():
+            _move_off_home(home, cpus)
+        _exact_small_all_reduce(rank, world_size)
+        status = torch.tensor([float(until is not None and until()), float(time.monotonic() > deadline)])
+        dist.all_reduce(status)
+        if status[0] == world_size or status[1] > 0:
+            return
+
+
+def oversubscribed_ranks_return_home(rank, world_size):
+    """auto where ranks outnumber their CPUs (3 on this machine's 2): nothing is
+    bound, but an op's thread found off its home CPU (local rank mod the CPUs)
+    moves back while the host is quiet, and keeps its CPU set
+    (transport/shm/home_keeping.h; ShmEngine.home_returns counts the moves);
+    beside a busy process it stays where the scheduler put it. Bounded: at most
+    10 s quiet, 2 s beside the busy process, which is killed even on failure."""
+    cpus = _shm.usable_cpus()
+    if len(cpus) < 2 or world_size <= len(cpus):
+        return  # nothing to keep: a single CPU, or ranks that auto binds
+    home = cpus[rank % len(cpus)]
+    assert _shm._home_cpu == home and _shm._cpus_before_binding is None
+    engine = fastcomm.fastcomm_backend().shm_engine
+
+    before = engine.home_returns
+    _displaced_ops_for(10.0, rank, world_size, home, cpus, until=lambda: engine.home_returns > before)
+    assert engine.home_returns > before, f"quiet host (others' share {engine.foreign_load:.2f}): never returned home"
+    assert 0 <= engine.foreign_load < fastcomm._C.HOME_QUIET_FOREIGN_SHARE, engine.foreign_load
+    assert os.sched_getaffinity(0) == set(cpus), "the return left the thread bound"
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if rank == 0 else None
+    try:
+        if busy is not None:
+            os.sched_setaffinity(busy.pid, {cpus[0]})
+        _displaced_ops_for(0.6, rank, world_size, home, cpus)  # the load window sees the busy process
+        before = engine.home_returns
+        _displaced_ops_for(1.0, rank, world_size, home, cpus)
+        assert engine.foreign_load >= fastcomm._C.HOME_QUIET_FOREIGN_SHARE, engine.foreign_load
+        assert engine.home_returns == before, "returned home beside a busy process"
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()

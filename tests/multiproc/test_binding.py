@@ -12,6 +12,10 @@ def test_auto_binds_only_where_ranks_match_cpus(pool_of):
         pool_of(world_size, (("FASTCOMM_SHM_BIND_CPUS", "auto"),)).run(checks.auto_binds_where_ranks_match_cpus)
 
 
+def test_oversubscribed_ranks_return_home(pool_of):
+    pool_of(3, (("FASTCOMM_SHM_BIND_CPUS", "auto"),)).run(checks.oversubscribed_ranks_return_home)
+
+
 def test_forked_child_is_not_bound(pool_of):
     pool_of(2, (("FASTCOMM_SHM_BIND_CPUS", "1"),)).run(checks.forked_child_gets_the_cpus_back)
 

@@ -164,19 +164,23 @@ def test_single_copy_threshold_is_automatic_unless_given():
 
 
 def test_binding_modes(monkeypatch):
-    from fastcomm._options import resolve_bind_cpus
+    from fastcomm._options import resolve_cpu_placement
 
     assert Options().shm_bind_cpus == -1  # auto
     for raw, mode in (("auto", -1), ("0", 0), ("1", 1), ("", -1)):
         monkeypatch.setenv("FASTCOMM_SHM_BIND_CPUS", raw)
         assert read_options().shm_bind_cpus == mode, raw
-    # auto: one CPU per rank exactly; never a lone rank, never more ranks or more CPUs
-    assert resolve_bind_cpus(-1, local_ranks=2, cpus=2)
-    assert resolve_bind_cpus(-1, local_ranks=8, cpus=8)
-    assert not resolve_bind_cpus(-1, local_ranks=3, cpus=2)
-    assert not resolve_bind_cpus(-1, local_ranks=2, cpus=4)
-    assert not resolve_bind_cpus(-1, local_ranks=1, cpus=1)
-    assert resolve_bind_cpus(1, local_ranks=3, cpus=2) and not resolve_bind_cpus(0, local_ranks=2, cpus=2)
+    # auto: bind at one CPU per rank exactly; keep homes where ranks outnumber CPUs; a lone rank or spare CPUs: free
+    assert resolve_cpu_placement(-1, local_ranks=2, cpus=2) == "bind"
+    assert resolve_cpu_placement(-1, local_ranks=8, cpus=8) == "bind"
+    assert resolve_cpu_placement(-1, local_ranks=3, cpus=2) == "keep_home"
+    assert resolve_cpu_placement(-1, local_ranks=2, cpus=1) == "keep_home"
+    assert resolve_cpu_placement(-1, local_ranks=2, cpus=4) == "free"
+    assert resolve_cpu_placement(-1, local_ranks=1, cpus=1) == "free"
+    assert resolve_cpu_placement(1, local_ranks=3, cpus=2) == "bind"
+    assert resolve_cpu_placement(1, local_ranks=1, cpus=2) == "free"
+    assert resolve_cpu_placement(0, local_ranks=2, cpus=2) == "free"
+    assert resolve_cpu_placement(0, local_ranks=4, cpus=2) == "free"
 
 
 def test_single_rank_group_with_explicit_store():

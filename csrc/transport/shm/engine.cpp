@@ -45,7 +45,8 @@ Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int
       spin_iterations_(spin ? kSpinIterations : 0),
       yield_iterations_(kYieldIterations),
       check_pids_(check_pids),
-      pulling_(*segment_, local_rank_) {
+      pulling_(*segment_, local_rank_),
+      keeping_(*segment_, check_pids_) {
   TORCH_CHECK(local_rank_ >= 0 && local_rank_ < local_size_, "fastcomm shm: local rank ", local_rank_,
               " outside a host of ", local_size_);
   TORCH_CHECK(static_cast<int>(group_ranks_.size()) == local_size_, "fastcomm shm: ", group_ranks_.size(),
@@ -57,6 +58,7 @@ void Engine::begin(const char* op, OpDescriptor descriptor, std::chrono::millise
                    std::chrono::steady_clock::time_point issued) {
   op_ = op;
   pulling_.begin_op(std::max(descriptor.input_bytes, descriptor.output_bytes));
+  keeping_.begin_op(issued);  // recent enough: ops wait on the queue only where CPUs are spare, never where it acts
   if (!broken_.empty()) FC_THROW_BACKEND_ERROR(op, "the shared-memory engine of this group failed earlier: ", broken_);
   descriptor.op_index = static_cast<uint32_t>(op_index_++);
   descriptor_ = descriptor;

@@ -19,7 +19,9 @@
 // last ran on this CPU: spinning would only delay it), then yields, then
 // sleeps on a futex in the segment (posters wake sleepers), so oversubscribed
 // hosts keep working; in a bound process, a waiter about to sleep first moves
-// a peer that a busy process preempted onto its own CPU (peer_pulling.h);
+// a peer that a busy process preempted onto its own CPU (peer_pulling.h), and
+// ranks that outnumber their CPUs return to their home CPUs at an op's start
+// while the host is quiet (home_keeping.h);
 // while sleeping it checks the deadline (the op's timeout), the segment's
 // failure flag (with the first failure's reason, quoted by the others),
 // whether a missing peer left the group (leave()) and whether peer processes
@@ -36,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/home_keeping.h"
 #include "transport/shm/op_queue.h"
 #include "transport/shm/peer_pulling.h"
 #include "transport/shm/segment.h"
@@ -160,6 +163,14 @@ class Engine {
   bool moved_by_peer() const {
     return pulling_.moved_by_peer();
   }
+  // Times this rank's op thread moved itself back to its home CPU, and the
+  // other processes' share of the CPUs when it last looked (home_keeping.h).
+  uint64_t home_returns() const {
+    return keeping_.returns();
+  }
+  double foreign_load() const {
+    return keeping_.foreign_load();
+  }
 
  private:
   void post();
@@ -193,6 +204,7 @@ class Engine {
   OpDescriptor descriptor_{};
   const char* op_ = "";
   PeerPulling pulling_;  // after segment_, which it reads
+  HomeKeeping keeping_;  // likewise
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   std::chrono::steady_clock::time_point next_pid_check_;

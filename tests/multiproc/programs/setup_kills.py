@@ -80,7 +80,8 @@ def _arm(step: str, rank: int) -> None:
             _die()
         return real_make_gloo(*args, **kwargs)
 
-    _shm._C = types.SimpleNamespace(ShmEngine=Engine, set_cpu_binding=real_c.set_cpu_binding)
+    _shm._C = types.SimpleNamespace(ShmEngine=Engine, set_cpu_binding=real_c.set_cpu_binding,
+                                    set_home_cpu=real_c.set_home_cpu)
     _shm._get_all = get_all
     _shm.make_gloo = make_gloo
 
