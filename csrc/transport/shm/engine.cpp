@@ -131,7 +131,9 @@ bool Engine::all_posted(uint64_t target) const {
 void Engine::wait_all(uint64_t target) {
   if (all_posted(target)) return;
   const int cpu = ::sched_getcpu();
-  for (int i = 0; i < spin_iterations_; ++i) {
+  // Ranks that outnumber their CPUs spin only while home keeping finds the host quiet (home_keeping.h).
+  const int spins = spin_iterations_ > 0 ? spin_iterations_ : keeping_.host_quiet() ? kSpinIterations : 0;
+  for (int i = 0; i < spins; ++i) {
     cpu_relax();
     if (all_posted(target)) return;
     if (i % kSharedCpuCheckEvery == 0 && missing_rank_shares_cpu(target, cpu)) break;  // yield the core to it

@@ -51,7 +51,8 @@ std::string describe(const OpDescriptor& d);
 class Engine {
  public:
   // `group_ranks[i]`: the process-group rank of local rank i (for messages).
-  // `spin`: whether waiting may spin (false when ranks outnumber cores).
+  // `spin`: whether waiting may spin (false when ranks outnumber cores; those
+  // spin only while home keeping finds the host quiet, home_keeping.h).
   // `check_pids`: whether peers' pids are visible here (same pid namespace).
   Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin, bool check_pids);
 

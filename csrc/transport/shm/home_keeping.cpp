@@ -106,7 +106,7 @@ void HomeKeeping::begin_op(std::chrono::steady_clock::time_point now) {
   }
   if (now >= next_sample_) sample_load(now);
   if (::sched_getcpu() == g_home_cpu) return;
-  if (foreign_load_ < 0 || foreign_load_ >= kQuietForeignShare) return;
+  if (!host_quiet()) return;
   if (now - returns_window_ >= std::chrono::seconds(1)) {
     returns_window_ = now;
     returns_in_window_ = 0;
