@@ -77,7 +77,7 @@ void set_home_cpu(int home_cpu, std::vector<int> cpus) {
 void HomeKeeping::sample_load(std::chrono::steady_clock::time_point now) {
   next_sample_ = now + kLoadWindow;
   const int64_t busy = busy_ticks(g_cpus);
-  int64_t ranks = peers_visible_ ? 0 : -1;
+  int64_t ranks = 0;
   for (int r = 0; r < segment_.local_size() && ranks >= 0; ++r) {
     const int64_t ticks = process_ticks(segment_.control(r)->pid);
     ranks = ticks < 0 ? -1 : ranks + ticks;
@@ -97,7 +97,7 @@ void HomeKeeping::sample_load(std::chrono::steady_clock::time_point now) {
 
 void HomeKeeping::begin_op(std::chrono::steady_clock::time_point now) {
   const uint64_t generation = g_generation.load(std::memory_order_acquire);
-  if (generation == 0) return;
+  if (generation == 0 || !peers_visible_) return;  // nothing to keep, or no way to tell a quiet host
   if (generation != generation_seen_) {  // a new setting: earlier samples may be of other CPUs
     generation_seen_ = generation;
     last_busy_ticks_ = last_ranks_ticks_ = -1;

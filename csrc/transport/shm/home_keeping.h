@@ -47,7 +47,8 @@ void set_home_cpu(int home_cpu, std::vector<int> cpus);
 
 class HomeKeeping {
  public:
-  // `peers_visible`: the local ranks' pids are this process's to read (one pid namespace).
+  // `peers_visible`: the local ranks' pids are this process's to read (one pid
+  // namespace); without them a quiet host cannot be told, and nothing is kept.
   HomeKeeping(const Segment& segment, bool peers_visible) : segment_(segment), peers_visible_(peers_visible) {}
 
   // At an op's start, on the thread that runs it; `now`: about the current time.
