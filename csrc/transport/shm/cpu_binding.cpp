@@ -34,18 +34,19 @@ OpCpus fit_cpu_binding_to_op(uint64_t bytes, bool reapply) {
   const bool all = g_binding.unbound_min_bytes > 0 && bytes >= static_cast<uint64_t>(g_binding.unbound_min_bytes);
   const OpCpus wanted = all ? OpCpus::All : OpCpus::Home;
   if (!reapply && t_generation == generation && t_cpus == wanted) return wanted;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (all) {
-    for (const int cpu : g_binding.cpus) CPU_SET(cpu, &set);
-  } else {
-    CPU_SET(g_binding.home_cpu, &set);
-  }
+  const cpu_set_t set = cpu_set_of(all ? g_binding.cpus : std::vector<int>{g_binding.home_cpu});
   if (::sched_setaffinity(0, sizeof(set), &set) == 0) {
     t_cpus = wanted;
     t_generation = generation;
   }
   return wanted;
+}
+
+cpu_set_t cpu_set_of(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cpus) CPU_SET(cpu, &set);
+  return set;
 }
 
 }  // namespace fastcomm::shm

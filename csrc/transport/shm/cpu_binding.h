@@ -18,6 +18,8 @@
 // a forked child); fit_cpu_binding_to_op() on any thread that runs an op.
 #pragma once
 
+#include <sched.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -39,5 +41,8 @@ enum class OpCpus { Unbound, Home, All };  // the process is not bound / the op 
 // meanwhile, peer_pulling.h). A refused change (a cgroup took CPUs away) leaves
 // the thread's CPU set as it is: binding is about speed, not correctness.
 OpCpus fit_cpu_binding_to_op(uint64_t bytes, bool reapply);
+
+// The CPU set of `cpus` (for sched_setaffinity; peer_pulling.h and home_keeping.h move threads too).
+cpu_set_t cpu_set_of(const std::vector<int>& cpus);
 
 }  // namespace fastcomm::shm

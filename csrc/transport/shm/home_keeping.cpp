@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/shm/cpu_binding.h"
+
 namespace fastcomm::shm {
 
 namespace {
@@ -114,9 +116,7 @@ void HomeKeeping::begin_op(std::chrono::steady_clock::time_point now) {
   if (returns_in_window_ >= kMaxReturnsPerSecond) return;
   cpu_set_t had;
   if (::sched_getaffinity(0, sizeof(had), &had) != 0 || !CPU_ISSET(g_home_cpu, &had)) return;  // the user's choice
-  cpu_set_t home;
-  CPU_ZERO(&home);
-  CPU_SET(g_home_cpu, &home);
+  const cpu_set_t home = cpu_set_of({g_home_cpu});
   // Setting a CPU set without the current CPU moves the thread at once; the
   // second call leaves the scheduler free again (a refused change: nothing moved).
   if (::sched_setaffinity(0, sizeof(home), &home) != 0) return;

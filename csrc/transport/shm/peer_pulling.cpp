@@ -111,9 +111,7 @@ void PeerPulling::pull_one_preempted(uint64_t target, bool counts_just_read) {
     const bool preempted = now >= 0 && ((switches_seen_[r] >= 0 && now > switches_seen_[r]) ||
                                         (op_runs_free_ && now > peer->free_op_switches.load(std::memory_order_relaxed)));
     if (!preempted) continue;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
+    const cpu_set_t set = cpu_set_of({cpu});
     peer->moving.store(1, std::memory_order_release);
     if (::sched_setaffinity(tid, sizeof(set), &set) != 0) {  // refused: another user's process
       peer->moving.store(0, std::memory_order_relaxed);
