@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "transport/shm/cpu_binding.h"
+#include "transport/shm/waiting.h"
 
 namespace fastcomm::shm {
 
@@ -51,19 +53,12 @@ int64_t busy_ticks(const std::vector<int>& cpus) {
 // CPU time of process `pid`, all its threads (utime + stime), in clock ticks; -1 if unreadable.
 int64_t process_ticks(int pid) {
   if (pid <= 0) return -1;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE* file = std::fopen(path, "r");
-  if (!file) return -1;
-  char text[1024];
-  const size_t length = std::fread(text, 1, sizeof(text) - 1, file);
-  std::fclose(file);
-  text[length] = '\0';
-  const char* rest = std::strrchr(text, ')');  // the command name may hold spaces and parentheses
-  if (!rest) return -1;
+  const std::string rest = proc_stat_after_name(pid);
   // After the name: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime.
   long long utime, stime;
-  if (std::sscanf(rest + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime, &stime) != 2) return -1;
+  if (std::sscanf(rest.c_str(), " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime, &stime) != 2) {
+    return -1;
+  }
   return utime + stime;
 }
 

@@ -53,17 +53,24 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
 // waiter spins; measured in docs/algorithms.md ("Sharing a CPU").
 constexpr int kSharedCpuCheckEvery = 32;
 
-// False when the process is gone or a zombie (killed but not yet reaped).
-inline bool process_alive(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+// Process `pid`'s /proc/<pid>/stat after its command name, from the space
+// before its state letter ("" when unreadable: gone, or no procfs). The name
+// may hold spaces and parentheses, so it ends at the last ')'.
+inline std::string proc_stat_after_name(int pid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
   std::ifstream stat(path);
-  if (!stat) return true;  // no procfs: rely on kill()
   std::string line;
-  std::getline(stat, line);
-  const auto paren = line.rfind(')');  // the command name may contain spaces
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+  if (!stat || !std::getline(stat, line)) return "";
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos ? "" : line.substr(paren + 1);
+}
+
+// False when the process is gone or a zombie (killed but not yet reaped).
+inline bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  const std::string rest = proc_stat_after_name(pid);  // "": no procfs, rely on kill()
+  return rest.size() < 2 || rest[1] != 'Z';
 }
 
 }  // namespace fastcomm::shm
