@@ -15,7 +15,8 @@ import torch.distributed as dist
 
 from fastcomm import _C, _shm
 from fastcomm._gloo import make_gloo
-from fastcomm._options import Options, read_options, resolve_async_min_bytes, resolve_single_copy_min_bytes
+from fastcomm._options import (Options, read_options, resolve_async_min_bytes, resolve_single_copy_max_bytes,
+                               resolve_single_copy_min_bytes)
 
 BACKEND_NAME = "fastcomm"
 
@@ -46,6 +47,8 @@ def make_config(options: Options, plan: _shm.ShmPlan, cuda_unavailable_reason: s
     config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks, cpus)
     config.shm_allreduce_single_copy_min_bytes = resolve_single_copy_min_bytes(
         options.shm_allreduce_single_copy_min_bytes, local_ranks, cpus)
+    config.shm_allreduce_single_copy_max_bytes = resolve_single_copy_max_bytes(
+        options.shm_allreduce_single_copy_max_bytes, options.shm_huge_pages_min_bytes)
     config.host_of_rank = plan.host_of_rank
     config.cuda_unavailable_reason = cuda_unavailable_reason
     return config

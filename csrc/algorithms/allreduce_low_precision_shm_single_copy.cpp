@@ -35,8 +35,12 @@ namespace {
 
 class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
  public:
-  AllreduceLowPrecisionShmSingleCopy(ShmTopology topology, int64_t min_bytes, int64_t async_min_bytes)
-      : ShmAlgorithm(std::move(topology)), min_bytes_(min_bytes), async_min_bytes_(async_min_bytes) {}
+  AllreduceLowPrecisionShmSingleCopy(ShmTopology topology, int64_t min_bytes, int64_t huge_pages_min_bytes,
+                                     int64_t async_min_bytes)
+      : ShmAlgorithm(std::move(topology)),
+        min_bytes_(min_bytes),
+        async_min_bytes_(async_min_bytes),
+        state_(std::make_shared<SingleCopyState>(huge_pages_min_bytes)) {}
 
   const char* name() const override {
     return "allreduce_low_precision_shm_single_copy";
@@ -61,7 +65,7 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
   // Returns how many of this rank's values were clamped.
   static int64_t run(SingleCopyState& state, shm::Engine& engine, const LowPrecisionOp& op) {
     const size_t element = c10::elementSize(op.dtype);
-    const auto peers = state.exchange(engine, op.data, element);
+    const auto peers = state.exchange(engine, op.data, op.bytes, element);
     if (!peers) return run_allreduce_low_precision_segment(engine, op);
     const int n = engine.local_size();
     std::vector<int64_t> clamped(n, 0);  // of each rank's values, in the pieces this rank reduces
@@ -77,14 +81,16 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
   }
 
   int64_t min_bytes_, async_min_bytes_;
-  std::shared_ptr<SingleCopyState> state_ = std::make_shared<SingleCopyState>();
+  std::shared_ptr<SingleCopyState> state_;
 };
 
 }  // namespace
 
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_single_copy(ShmTopology topology, int64_t min_bytes,
+                                                                        int64_t huge_pages_min_bytes,
                                                                         int64_t async_min_bytes) {
-  return std::make_unique<AllreduceLowPrecisionShmSingleCopy>(std::move(topology), min_bytes, async_min_bytes);
+  return std::make_unique<AllreduceLowPrecisionShmSingleCopy>(std::move(topology), min_bytes, huge_pages_min_bytes,
+                                                              async_min_bytes);
 }
 
 }  // namespace fastcomm

@@ -26,12 +26,13 @@ namespace {
 class AllreduceShmSingleCopy final : public ShmAlgorithm {
  public:
   AllreduceShmSingleCopy(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
-                         int64_t max_bytes, int64_t async_min_bytes)
+                         int64_t max_bytes, int64_t huge_pages_min_bytes, int64_t async_min_bytes)
       : ShmAlgorithm(std::move(topology)),
         arena_(std::move(arena)),
         min_bytes_(min_bytes),
         max_bytes_(max_bytes),
-        async_min_bytes_(async_min_bytes) {}
+        async_min_bytes_(async_min_bytes),
+        state_(std::make_shared<SingleCopyState>(huge_pages_min_bytes)) {}
 
   const char* name() const override {
     return "allreduce_shm_single_copy";
@@ -57,7 +58,7 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
 
  private:
   static void run(SingleCopyState& state, shm::Engine& engine, const ShmReduction& r) {
-    const auto peers = state.exchange(engine, r.data, r.element);
+    const auto peers = state.exchange(engine, r.data, r.total, r.element);
     if (!peers) return run_allreduce_twoshot(engine, r);
     const auto reduce = [&r, n = engine.local_size()](const void* const* sources, void* dst, int64_t count) {
       kernels::reduce(r.dtype, r.kind, sources, n, dst, count);
@@ -68,16 +69,16 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
 
   std::shared_ptr<shm::Arena> arena_;  // its tensors go to the arena algorithms
   int64_t min_bytes_, max_bytes_, async_min_bytes_;
-  std::shared_ptr<SingleCopyState> state_ = std::make_shared<SingleCopyState>();
+  std::shared_ptr<SingleCopyState> state_;
 };
 
 }  // namespace
 
 std::unique_ptr<Algorithm> make_allreduce_shm_single_copy(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
                                                           int64_t min_bytes, int64_t max_bytes,
-                                                          int64_t async_min_bytes) {
+                                                          int64_t huge_pages_min_bytes, int64_t async_min_bytes) {
   return std::make_unique<AllreduceShmSingleCopy>(std::move(topology), std::move(arena), min_bytes, max_bytes,
-                                                  async_min_bytes);
+                                                  huge_pages_min_bytes, async_min_bytes);
 }
 
 }  // namespace fastcomm

@@ -26,7 +26,9 @@ std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology to
                                                                   int64_t min_bytes, int64_t async_min_bytes);
 // The same on an ordinary tensor of at least min_bytes (0: off; single copy's
 // minimum): peers' tensors read and written by cross-memory attach.
+// huge_pages_min_bytes: Config::shm_huge_pages_min_bytes (transport/shm/huge_pages.h).
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_single_copy(ShmTopology topology, int64_t min_bytes,
+                                                                        int64_t huge_pages_min_bytes,
                                                                         int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
@@ -49,10 +51,10 @@ std::unique_ptr<Algorithm> make_allreduce_shm_arena(ShmTopology topology, std::s
 std::unique_ptr<Algorithm> make_allreduce_shm_oneshot(ShmTopology topology, int64_t max_bytes);
 // all_reduce of an ordinary tensor (not in `arena`) of [min_bytes, max_bytes]
 // (min 0: off): peers' slices read, and results written, in one copy each
-// (process_vm_readv / process_vm_writev).
+// (process_vm_readv / process_vm_writev); huge_pages_min_bytes as above.
 std::unique_ptr<Algorithm> make_allreduce_shm_single_copy(ShmTopology topology, std::shared_ptr<shm::Arena> arena,
                                                           int64_t min_bytes, int64_t max_bytes,
-                                                          int64_t async_min_bytes);
+                                                          int64_t huge_pages_min_bytes, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_shm_twoshot(ShmTopology topology, int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_broadcast_shm(ShmTopology topology);
 std::unique_ptr<Algorithm> make_reduce_shm(ShmTopology topology);

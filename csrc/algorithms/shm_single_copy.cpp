@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "transport/shm/cross_memory.h"
+#include "transport/shm/huge_pages.h"
 #include "transport/shm/waiting.h"
 
 namespace fastcomm {
@@ -61,8 +62,9 @@ void access_or_fail(shm::Engine& engine, const SingleCopyTensorRef& peer, int lo
 }  // namespace
 
 std::optional<std::vector<SingleCopyTensorRef>> SingleCopyState::exchange(shm::Engine& engine, char* data,
-                                                                          size_t element) {
+                                                                          size_t bytes, size_t element) {
   const int n = engine.local_size();
+  shm::collapse_when_reused(data, bytes, static_cast<size_t>(huge_pages_min_bytes_));  // before peers see it
   engine.start_use();
   SingleCopyTensorRef mine{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(data), 0};
   std::memcpy(engine.my_slot(), &mine, sizeof(mine));

@@ -4,9 +4,10 @@
 // (transport/shm/cross_memory.h) instead of copying through the segment.
 //
 //   exchange (round 1): each rank puts its pid and its tensor's address in
-//            its slot; on the group's first op every rank also asks the
-//            kernel whether it may read and write every peer, and the answers
-//            are published in one more round;
+//            its slot (a large tensor that comes back is first moved into
+//            huge pages: transport/shm/huge_pages.h); on the group's first op
+//            every rank also asks the kernel whether it may read and write
+//            every peer, and the answers are published in one more round;
 //   reduce_and_distribute: rank r reads slice r of every peer's tensor, one
 //            piece at a time, into a private buffer that stays in L2, reduces
 //            the pieces with its own (rank order) into its own tensor, and
@@ -53,6 +54,9 @@ using SingleCopyReduce = std::function<void(const void* const* sources, void* ds
 // time uses it (engine.h).
 class SingleCopyState {
  public:
+  // `huge_pages_min_bytes`: Config::shm_huge_pages_min_bytes (0: never).
+  explicit SingleCopyState(int64_t huge_pages_min_bytes) : huge_pages_min_bytes_(huge_pages_min_bytes) {}
+
   // True once a rank was refused: the group's later ops go elsewhere.
   bool refused() const {
     return permission_.load(std::memory_order_acquire) == kRefused;
@@ -61,7 +65,9 @@ class SingleCopyState {
   // Round 1 of a use of its own (and the permission round on the group's
   // first op): every rank's SingleCopyTensorRef, or nothing when a rank was
   // refused, on every rank alike (the caller then runs its fallback steps).
-  std::optional<std::vector<SingleCopyTensorRef>> exchange(shm::Engine& engine, char* data, size_t element);
+  // `data`: this rank's tensor of `bytes`.
+  std::optional<std::vector<SingleCopyTensorRef>> exchange(shm::Engine& engine, char* data, size_t bytes,
+                                                           size_t element);
 
   // Slice `me` of `count` elements of `element` bytes, as above; `data` is
   // this rank's tensor.
@@ -70,6 +76,7 @@ class SingleCopyState {
 
  private:
   static constexpr int kUnknown = 0, kGranted = 1, kRefused = 2;
+  const int64_t huge_pages_min_bytes_;
   std::atomic<int> permission_{kUnknown};  // changed only inside ops, which every rank runs in the same order
   std::vector<char> pieces_;                // a piece of each peer's slice
 };

@@ -49,8 +49,9 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     arena_ = std::make_shared<shm::Arena>();
     dispatcher_.add(make_allreduce_low_precision_shm_arena(topology, arena_, config_.shm_low_precision_arena_min_bytes,
                                                            config_.shm_async_min_bytes));
-    dispatcher_.add(make_allreduce_low_precision_shm_single_copy(
-        topology, config_.shm_allreduce_single_copy_min_bytes, config_.shm_async_min_bytes));
+    dispatcher_.add(make_allreduce_low_precision_shm_single_copy(topology, config_.shm_allreduce_single_copy_min_bytes,
+                                                                 config_.shm_huge_pages_min_bytes,
+                                                                 config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_low_precision_shm(topology, config_.shm_async_min_bytes));
   }
   dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective
@@ -68,7 +69,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     // minimum, one-shot, whose one round wins for small messages.
     dispatcher_.add(make_allreduce_shm_single_copy(topology, arena_, config_.shm_allreduce_single_copy_min_bytes,
                                                    config_.shm_allreduce_single_copy_max_bytes,
-                                                   config_.shm_async_min_bytes));
+                                                   config_.shm_huge_pages_min_bytes, config_.shm_async_min_bytes));
     dispatcher_.add(
         make_allreduce_shm_arena(topology, arena_, config_.shm_arena_min_bytes, config_.shm_async_min_bytes));
     dispatcher_.add(make_allreduce_shm_oneshot(topology, config_.shm_oneshot_max_bytes));

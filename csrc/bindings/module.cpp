@@ -16,6 +16,7 @@
 #include "transport/shm/cpu_binding.h"
 #include "transport/shm/engine.h"
 #include "transport/shm/home_keeping.h"
+#include "transport/shm/huge_pages.h"
 
 namespace py = pybind11;
 
@@ -78,6 +79,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("shm_async_min_bytes", &Config::shm_async_min_bytes)
       .def_readwrite("shm_allreduce_single_copy_min_bytes", &Config::shm_allreduce_single_copy_min_bytes)
       .def_readwrite("shm_allreduce_single_copy_max_bytes", &Config::shm_allreduce_single_copy_max_bytes)
+      .def_readwrite("shm_huge_pages_min_bytes", &Config::shm_huge_pages_min_bytes)
       .def_readwrite("shm_low_precision_arena_min_bytes", &Config::shm_low_precision_arena_min_bytes)
       .def_readwrite("shm_arena_min_bytes", &Config::shm_arena_min_bytes)
       .def_readwrite("shm_bind_cpus", &Config::shm_bind_cpus)
@@ -212,6 +214,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("home_cpu"), py::arg("cpus"),
       "The process's shared-memory ops return to `home_cpu` while the host's `cpus` are quiet (< 0: never; "
       "transport/shm/home_keeping.h). Call while no op runs.");
+  m.def(
+      "huge_page_counts",
+      [] {
+        const auto c = fastcomm::shm::huge_page_counts();
+        return std::map<std::string, uint64_t>{{"collapsed_buffers", c.collapsed_buffers},
+                                               {"collapsed_bytes", c.collapsed_bytes},
+                                               {"refused_buffers", c.refused_buffers}};
+      },
+      "Tensors this process moved into huge pages for single-copy ops, the bytes moved, and those the kernel "
+      "refused, since it started (transport/shm/huge_pages.h).");
 
   using fastcomm::kernels::Isa;
   py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")

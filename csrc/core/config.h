@@ -24,6 +24,7 @@ struct Config {
   int64_t shm_async_min_bytes = 0;
   int64_t shm_allreduce_single_copy_min_bytes = 0;
   int64_t shm_allreduce_single_copy_max_bytes = 0;
+  int64_t shm_huge_pages_min_bytes = 0;
   int64_t shm_low_precision_arena_min_bytes = 0;
   int64_t shm_arena_min_bytes = 0;
   int64_t shm_bind_cpus = 0;  // used in Python only (fastcomm/_shm.py binds at set-up)

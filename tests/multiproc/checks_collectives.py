@@ -102,8 +102,9 @@ def large_all_reduce_single_copy(rank, world_size):
     the group's config turns it on: sizes from its minimum to its maximum, slices
     of several pieces (512 KiB) and odd element counts, every reduce op on a few
     dtypes, each exact and bitwise the same on every rank; one element past the
-    maximum and arena tensors take their own algorithms. Where it is off, large
-    ordinary tensors go to two-shot."""
+    maximum (where it has one: with huge pages on it has none, and the sizes
+    stop at 8 MiB) and arena tensors take their own algorithms. Where it is
+    off, large ordinary tensors go to two-shot."""
     backend = fastcomm.fastcomm_backend()
     used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
     names = backend.algorithm_names()
@@ -117,9 +118,10 @@ def large_all_reduce_single_copy(rank, world_size):
         assert used("allreduce_shm_twoshot") == before + 1 and torch.equal(t, torch.full_like(t, float(world_size)))
         return
     assert names.index("allreduce_shm_single_copy") < names.index("allreduce_shm_twoshot"), names
+    top = min(high, 8 << 20)
     before, calls = used("allreduce_shm_single_copy"), 0
     for dtype, numel in ((torch.float32, max(low // 4, 1_200_007 // world_size)), (torch.bfloat16, low // 2 + 3),
-                         (torch.int64, high // 8), (torch.int8, low + 1)):
+                         (torch.int64, top // 8), (torch.int8, low + 1)):
         for op in ops_for(dtype):
             t = rank_input(rank, (numel,), dtype)
             dist.all_reduce(t, op=op)
@@ -127,7 +129,7 @@ def large_all_reduce_single_copy(rank, world_size):
             expected = reduce_reference([rank_input(r, (numel,), dtype) for r in range(world_size)], op, dtype)
             assert_equal(t, expected, f"single-copy all_reduce {dtype} {op} of {numel}")
     # distinct values everywhere: a piece or slice read from the wrong place shows
-    numel = high // 8 - 3
+    numel = top // 8 - 3
     t = torch.arange(numel, dtype=torch.float64) * (rank + 1)
     dist.all_reduce(t)
     calls += 1
@@ -148,15 +150,82 @@ def large_all_reduce_single_copy(rank, world_size):
     assert used("allreduce_shm_single_copy") == before + calls, (calls, backend.algorithm_counts())
     # one element past the maximum: two-shot; arena tensors: the arena's algorithm
     twoshot, arena = used("allreduce_shm_twoshot"), used("allreduce_shm_arena")
-    t = torch.ones(high // 4 + 1)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full_like(t, float(world_size)))
+    past = high == top
+    if past:
+        t = torch.ones(high // 4 + 1)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full_like(t, float(world_size)))
     a = backend.allocate_tensor(max(low, 256 << 10) // 4, torch.float32)  # above the arena's minimum
     a.fill_(rank + 1)
     dist.all_reduce(a)
     assert torch.equal(a, torch.full_like(a, float(world_size * (world_size + 1) // 2)))
-    assert (used("allreduce_shm_twoshot"), used("allreduce_shm_arena")) == (twoshot + 1, arena + 1), backend.algorithm_counts()
+    assert (used("allreduce_shm_twoshot"), used("allreduce_shm_arena")) == (twoshot + past, arena + 1), backend.algorithm_counts()
     assert used("allreduce_shm_single_copy") == before + calls
+
+
+def _anon_huge_bytes_around(address: int) -> int:
+    """AnonHugePages of the mapping of this process that holds `address`, in bytes."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def reused_tensors_move_into_huge_pages(rank, world_size):
+    """A rank's own tensor of at least shm_huge_pages_min_bytes that comes to a
+    single-copy all_reduce a second time has the whole 2 MiB blocks inside it
+    moved into huge pages (transport/shm/huge_pages.h), once: its mapping's huge
+    pages grow by those blocks. Results stay exact before, during and after; a
+    tensor seen once and one under the minimum are left alone."""
+    backend = fastcomm.fastcomm_backend()
+    config = backend.config
+    low, high = config.shm_allreduce_single_copy_min_bytes, config.shm_allreduce_single_copy_max_bytes
+    if low == 0 or config.shm_huge_pages_min_bytes == 0 or "allreduce_shm_single_copy" not in backend.algorithm_names():
+        return
+    numel = max(config.shm_huge_pages_min_bytes, 6 << 20) // 4 + 5  # at least two whole 2 MiB blocks inside
+    if not low <= numel * 4 <= high:
+        return
+    used = lambda: backend.algorithm_counts().get("allreduce_shm_single_copy", 0)  # noqa: E731
+    counts = fastcomm._C.huge_page_counts
+    expected = reduce_reference([rank_input(r, (numel,), torch.float32) for r in range(world_size)], R.SUM,
+                                torch.float32)
+    t = rank_input(rank, (numel,), torch.float32)
+    once = rank_input(rank, (numel,), torch.float32)
+    small = rank_input(rank, (config.shm_huge_pages_min_bytes // 4 - 1,), torch.float32)
+    small_expected = reduce_reference([rank_input(r, small.shape, torch.float32) for r in range(world_size)], R.SUM,
+                                      torch.float32)
+    before, ops = counts(), used()
+    for _ in range(2):  # under the minimum: never
+        small.copy_(rank_input(rank, small.shape, torch.float32))
+        dist.all_reduce(small)
+        assert_equal(small, small_expected, "all_reduce under the huge-page minimum")
+    dist.all_reduce(once)
+    assert_equal(once, expected, "all_reduce of a tensor seen once")
+    dist.all_reduce(t)
+    assert_equal(t, expected, "first all_reduce of the reused tensor")
+    assert counts() == before, (before, counts())
+    address = t.data_ptr()
+    blocks = ((address + t.nbytes) >> 21) - ((address + (2 << 20) - 1) >> 21)
+    huge_before = _anon_huge_bytes_around(address)
+    t.copy_(rank_input(rank, (numel,), torch.float32))
+    dist.all_reduce(t)  # the second time: moved first
+    assert_equal(t, expected, "all_reduce that moved its tensor into huge pages")
+    after = counts()
+    assert after["collapsed_buffers"] + after["refused_buffers"] == before["collapsed_buffers"] + before["refused_buffers"] + 1, (before, after)
+    if after["refused_buffers"] == before["refused_buffers"]:  # the kernel moved it (Linux 6.1 and later)
+        assert after["collapsed_bytes"] - before["collapsed_bytes"] == blocks << 21, (blocks, before, after)
+        assert _anon_huge_bytes_around(address) - huge_before >= blocks << 21, (blocks, huge_before)
+    t.copy_(rank_input(rank, (numel,), torch.float32))
+    dist.all_reduce(t)  # once only
+    assert_equal(t, expected, "all_reduce of a tensor in huge pages")
+    assert counts() == after, (after, counts())
+    assert used() == ops + 6, backend.algorithm_counts()
 
 
 def broadcast(rank, world_size):

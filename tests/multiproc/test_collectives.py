@@ -9,6 +9,7 @@ CHECKS = [
     checks.all_reduce_async,
     checks.all_reduce_through_the_backend_object,
     checks.large_all_reduce_single_copy,
+    checks.reused_tensors_move_into_huge_pages,
     checks.broadcast,
     checks.reduce,
     checks.all_gather,

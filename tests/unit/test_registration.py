@@ -78,8 +78,10 @@ def test_shared_memory_options(monkeypatch):
      "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5."),
     ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", "shm_allreduce_single_copy_min_bytes", -1, 0, "-1",
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1."),
-    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", 32 << 20, 1 << 30, "x",
+    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", -1, 1 << 30, "x",
      "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
+    ("FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES", "shm_huge_pages_min_bytes", 4 << 20, 0, "4M",
+     "FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES must be a non-negative integer, got .4M."),
     ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 4 << 10, 0, "16K",
      "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K."),
     ("FASTCOMM_SHM_ARENA_MIN_BYTES", "shm_arena_min_bytes", 8 << 10, 0, "8K",
@@ -128,7 +130,8 @@ def test_config_carries_every_option_and_the_host_plan():
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
                       shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
-                      shm_allreduce_single_copy_max_bytes=19, shm_low_precision_arena_min_bytes=23, shm_arena_min_bytes=31, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
+                      shm_allreduce_single_copy_max_bytes=19, shm_huge_pages_min_bytes=37,
+                      shm_low_precision_arena_min_bytes=23, shm_arena_min_bytes=31, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
@@ -152,7 +155,7 @@ def test_async_threshold_is_automatic_unless_given():
 
 
 def test_single_copy_threshold_is_automatic_unless_given():
-    """-1 (unset): single-copy all_reduce from 4 MiB where every local rank has
+    """-1 (unset): single-copy all_reduce from 32 KiB where every local rank has
     a CPU of its own, else off; a given value (0: off) is kept."""
     from fastcomm._options import resolve_single_copy_min_bytes
 
@@ -161,6 +164,17 @@ def test_single_copy_threshold_is_automatic_unless_given():
     assert resolve_single_copy_min_bytes(-1, local_ranks=4, cpus=2) == 0  # oversubscribed: not faster
     assert resolve_single_copy_min_bytes(0, local_ranks=2, cpus=2) == 0
     assert resolve_single_copy_min_bytes(4096, local_ranks=8, cpus=2) == 4096
+
+
+def test_single_copy_maximum_is_automatic_unless_given():
+    """-1 (unset): no maximum while reused tensors go into huge pages, else 32
+    MiB; a given value is kept."""
+    from fastcomm._options import resolve_single_copy_max_bytes
+
+    assert resolve_single_copy_max_bytes(-1, huge_pages_min_bytes=4 << 20) >= 1 << 62
+    assert resolve_single_copy_max_bytes(-1, huge_pages_min_bytes=0) == 32 << 20
+    assert resolve_single_copy_max_bytes(1 << 20, huge_pages_min_bytes=4 << 20) == 1 << 20
+    assert resolve_single_copy_max_bytes(0, huge_pages_min_bytes=4 << 20) == 0
 
 
 def test_binding_modes(monkeypatch):

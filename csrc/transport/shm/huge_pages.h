@@ -1,0 +1,51 @@
+// A rank's own large tensors in transparent huge pages, for the peers that
+// read and write them with cross-memory attach (cross_memory.h).
+//
+// process_vm_readv/writev pin every page of the other process's buffer on
+// every call (the kernel walks its page table). With the 4 KiB pages torch's
+// CPU allocator gives (it asks for huge pages only with THP_MEM_ALLOC_ENABLE=1)
+// that walk is a good part of a large single-copy all_reduce, and it differs
+// from tensor to tensor: measured on the 2-CPU development machine, 2 ranks,
+// fresh 16 MiB tensors took 1.17-1.59 ms each (every tensor the same in a
+// second pass). With the whole 2 MiB blocks inside each tensor moved into huge
+// pages (madvise MADV_COLLAPSE, Linux 6.1) the same job's tensors took
+// 0.99-1.05 ms, 32 MiB 2.30 against 2.65-2.93 ms, 4 MiB 277-287 against
+// 299-315 us (docs/algorithms.md "Huge pages for reused tensors").
+//
+// The move costs about 0.5 ms per 2 MiB (the kernel copies the block), so it
+// is done for a buffer that comes back, not for a one-off: the second time the
+// same buffer (address and length) comes to a single-copy op, before its
+// address is published (no peer reads it meanwhile). Each buffer is moved at
+// most once (a buffer freed and allocated again at the same address keeps the
+// pages it gets), at most kMaxCollapsedBuffers in the process's life. Contents
+// do not change (the kernel copies them), nor does memory use: only blocks
+// wholly inside the tensor move, and the op writes every byte of it anyway.
+// Where the kernel refuses (before 6.1, memory that cannot be collapsed, no
+// free huge page) the buffer stays as it was, and is not asked again.
+//
+// Thread-safe (ops of several groups may run at once).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fastcomm::shm {
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kRecentBuffers = 256;          // seen once, waiting for a second time
+constexpr size_t kMaxCollapsedBuffers = 1024;   // bounds what the moves can cost in a process's life
+
+// Call with this rank's own buffer of `bytes` at `data` before publishing its
+// address; buffers under `min_bytes` (0: every buffer) are left alone.
+void collapse_when_reused(const void* data, size_t bytes, size_t min_bytes);
+
+struct HugePageCounts {
+  uint64_t collapsed_buffers = 0;  // moved (some or all blocks)
+  uint64_t collapsed_bytes = 0;    // bytes of the blocks asked for in those
+  uint64_t refused_buffers = 0;    // the kernel said no
+};
+
+// Since the process started (tests and introspection).
+HugePageCounts huge_page_counts();
+
+}  // namespace fastcomm::shm
