@@ -154,3 +154,21 @@ def test_peers_run_prints_median_mean_and_tail_tables(api):
             assert mine > 0 and theirs > 0, out.stdout
             assert (theirs - 0.05) / (mine + 0.05) <= float(ratio) + 0.005 <= (theirs + 0.05) / (mine - 0.05) + 0.01, out.stdout
     assert f"through --api {api}" in out.stdout
+
+
+def test_peers_timeline_prints_each_window_size():
+    """benchmarks/peers/timeline.py: one job's samples cut into windows of each size asked for,
+    the window medians' range (min <= max, ratio >= 1), then the first size's medians in order."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "peers", "timeline.py"), "--size", "64K", "--samples", "400",
+         "--window", "20,100", "--show", "5"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    ranges = re.findall(r"^# (\d+) windows of (\d+) samples .*: medians ([\d.]+)-([\d.]+) us, max/min ([\d.]+)$",
+                        out.stdout, re.M)
+    assert [(int(r[0]), int(r[1])) for r in ranges] == [(20, 20), (4, 100)], out.stdout
+    for _, _, low, high, ratio in ranges:
+        assert 0 < float(low) <= float(high) and float(ratio) >= 1, out.stdout
+    medians = out.stdout.strip().splitlines()[-1].split()
+    assert len(medians) == 5 and all(float(m) > 0 for m in medians), out.stdout
