@@ -36,7 +36,9 @@ constexpr size_t kRecentBuffers = 256;          // seen once, waiting for a seco
 constexpr size_t kMaxCollapsedBuffers = 1024;   // bounds what the moves can cost in a process's life
 
 // Call with this rank's own buffer of `bytes` at `data` before publishing its
-// address; buffers under `min_bytes` (0: every buffer) are left alone.
+// address; buffers under `min_bytes` are left alone, and all are when it is 0.
+// The move happens under a process-wide lock: another group's op that comes
+// here meanwhile waits for it (once per buffer).
 void collapse_when_reused(const void* data, size_t bytes, size_t min_bytes);
 
 struct HugePageCounts {
