@@ -2,6 +2,8 @@
 against an exact reference, for every dtype and reduce op fastcomm supports."""
 from __future__ import annotations
 
+import mmap
+
 import torch
 import torch.distributed as dist
 
@@ -180,9 +182,11 @@ def _anon_huge_bytes_around(address: int) -> int:
 def reused_tensors_move_into_huge_pages(rank, world_size):
     """A rank's own tensor of at least shm_huge_pages_min_bytes that comes to a
     single-copy all_reduce a second time has the whole 2 MiB blocks inside it
-    moved into huge pages (transport/shm/huge_pages.h), once: its mapping's huge
-    pages grow by those blocks. Results stay exact before, during and after; a
-    tensor seen once and one under the minimum are left alone."""
+    moved into huge pages (transport/shm/huge_pages.h), once: its mapping then
+    holds exactly those huge pages. Results stay exact before, during and after;
+    a tensor seen once and one under the minimum are left alone. Every rank runs
+    every op before any verdict is raised (a rank that stopped early would hang
+    its peers)."""
     backend = fastcomm.fastcomm_backend()
     config = backend.config
     low, high = config.shm_allreduce_single_copy_min_bytes, config.shm_allreduce_single_copy_max_bytes
@@ -195,37 +199,42 @@ def reused_tensors_move_into_huge_pages(rank, world_size):
     counts = fastcomm._C.huge_page_counts
     expected = reduce_reference([rank_input(r, (numel,), torch.float32) for r in range(world_size)], R.SUM,
                                 torch.float32)
-    t = rank_input(rank, (numel,), torch.float32)
+    # in a mapping of its own (private, anonymous, as the allocator's large blocks), so its huge pages
+    # are what the op moved: heap memory may already hold some a freed tensor left
+    memory = mmap.mmap(-1, numel * 4 + (4 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    t = torch.frombuffer(memory, dtype=torch.float32, offset=4096 + 64, count=numel)
+    address = t.data_ptr()
+    blocks = ((address + t.nbytes) >> 21) - ((address + (2 << 20) - 1) >> 21)
     once = rank_input(rank, (numel,), torch.float32)
     small = rank_input(rank, (config.shm_huge_pages_min_bytes // 4 - 1,), torch.float32)
     small_expected = reduce_reference([rank_input(r, small.shape, torch.float32) for r in range(world_size)], R.SUM,
                                       torch.float32)
     before, ops = counts(), used()
+    results = []
     for _ in range(2):  # under the minimum: never
         small.copy_(rank_input(rank, small.shape, torch.float32))
         dist.all_reduce(small)
-        assert_equal(small, small_expected, "all_reduce under the huge-page minimum")
+        results.append((small.clone(), small_expected, "all_reduce under the huge-page minimum"))
     dist.all_reduce(once)
-    assert_equal(once, expected, "all_reduce of a tensor seen once")
-    dist.all_reduce(t)
-    assert_equal(t, expected, "first all_reduce of the reused tensor")
-    assert counts() == before, (before, counts())
-    address = t.data_ptr()
-    blocks = ((address + t.nbytes) >> 21) - ((address + (2 << 20) - 1) >> 21)
-    huge_before = _anon_huge_bytes_around(address)
-    t.copy_(rank_input(rank, (numel,), torch.float32))
-    dist.all_reduce(t)  # the second time: moved first
-    assert_equal(t, expected, "all_reduce that moved its tensor into huge pages")
-    after = counts()
+    results.append((once, expected, "all_reduce of a tensor seen once"))
+    huge = {}
+    for step in ("first", "second", "third"):  # the second time: moved first; the third: nothing more
+        t.copy_(rank_input(rank, (numel,), torch.float32))
+        dist.all_reduce(t)
+        results.append((t.clone(), expected, f"{step} all_reduce of the reused tensor"))
+        huge[step] = (counts(), _anon_huge_bytes_around(address))
+    for actual, wanted, what in results:
+        assert_equal(actual, wanted, what)
+    assert used() == ops + 6, backend.algorithm_counts()
+    assert huge["first"] == (before, 0), (before, huge)
+    after, huge_bytes = huge["second"]
     assert after["collapsed_buffers"] + after["refused_buffers"] == before["collapsed_buffers"] + before["refused_buffers"] + 1, (before, after)
     if after["refused_buffers"] == before["refused_buffers"]:  # the kernel moved it (Linux 6.1 and later)
         assert after["collapsed_bytes"] - before["collapsed_bytes"] == blocks << 21, (blocks, before, after)
-        assert _anon_huge_bytes_around(address) - huge_before >= blocks << 21, (blocks, huge_before)
-    t.copy_(rank_input(rank, (numel,), torch.float32))
-    dist.all_reduce(t)  # once only
-    assert_equal(t, expected, "all_reduce of a tensor in huge pages")
-    assert counts() == after, (after, counts())
-    assert used() == ops + 6, backend.algorithm_counts()
+        assert huge_bytes == blocks << 21, (blocks, huge_bytes)
+    assert huge["third"] == huge["second"], huge
+    del t
+    memory.close()
 
 
 def broadcast(rank, world_size):
