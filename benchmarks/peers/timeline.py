@@ -2,53 +2,23 @@
 
     python benchmarks/peers/timeline.py --size 64K --samples 30000 --window 30,90
 
-One fastcomm job (2 ranks by default, float32 SUM in place, the backend's
-barrier and op looped in C++ as run.py's --api cpp) takes --samples samples of
-one size without a break; the slowest rank's samples are cut into windows of
---window (run.py's samples per round; several sizes: the same samples cut
-each way) and the window medians' range printed, with their autocorrelation
-(a peak at lag k: the time repeats every k windows; the lag also in ms of
-wall time), then the first window size's medians in order. The same
-tensor throughout: what moves is the machine, not the tensor.
+One fastcomm job of run.py's (torch_worker.py: 2 ranks by default, float32 SUM
+in place, the backend's barrier and op looped in C++, --api cpp, each sample's
+slowest rank) takes --samples samples of one size without a break; they are
+cut into windows of --window (run.py's samples per round; several sizes: the
+same samples cut each way) and the window medians' range printed, with their
+autocorrelation (a peak at lag k: the time repeats every k windows; the lag
+also in ms of wall time), then the first window size's medians in order. The
+same tensor throughout: what moves is the machine, not the tensor.
 """
 import argparse
-import datetime
-import json
 import os
 import statistics
 import sys
-import tempfile
-import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
-from fastcomm.bench.cli import parse_size
-
-
-def _rank(rank: int, args, tmp: str) -> None:
-    import fastcomm
-
-    torch.set_num_threads(1)
-    dist.init_process_group("fastcomm", init_method=f"file://{tmp}/store", rank=rank, world_size=args.nproc,
-                            timeout=datetime.timedelta(seconds=120))
-    control = dist.new_group(backend="gloo")
-    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-    t = torch.full((max(1, args.size // 4),), float(rank + 1))
-    dist.all_reduce(t)
-    n = args.nproc
-    assert bool((t == n * (n + 1) / 2).all()), "wrong all_reduce result"
-    for _ in range(100):
-        backend.allreduce([t]).wait()
-    start = time.perf_counter()
-    samples = torch.tensor(fastcomm._C.bench_samples(backend, "ALLREDUCE", t, t, args.samples), dtype=torch.float64)
-    wall = time.perf_counter() - start  # barriers included: the windows' spacing in time
-    dist.all_reduce(samples, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank
-    if rank == 0:
-        with open(os.path.join(tmp, "samples.json"), "w") as f:
-            json.dump({"samples": samples.tolist(), "wall": wall}, f)
-    dist.destroy_process_group()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (its _run: one worker job, its samples, the others' CPU share)
+from fastcomm.bench.cli import parse_size  # noqa: E402
 
 
 def _autocorrelation(values: list[float], lag: int) -> float:
@@ -65,15 +35,19 @@ def main() -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--show", type=int, default=200, help="window medians printed")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fastcomm-timeline-") as tmp:
-        mp.spawn(_rank, args=(args, tmp), nprocs=args.nproc)
-        with open(os.path.join(tmp, "samples.json")) as f:
-            result = json.load(f)
-    samples, wall = result["samples"], result["wall"]
+    command = [sys.executable, os.path.join(run.HERE, "torch_worker.py"), "--backend", "fastcomm", "--api", "cpp",
+               "--nproc", str(args.nproc), "--sizes", str(args.size), "--iters", str(args.samples),
+               "--warmup", "100", "--settle", "0.5"]
+    result, others = run._run(command, timeout=600)
+    key = str(max(4, args.size // 4 * 4))
+    samples, wall = result[key], result["loop_seconds"][key]
     windows = [int(w) for w in str(args.window).split(",")]
-    print(f"# {args.size} B, {args.nproc} ranks, {len(samples)} samples in {wall:.2f} s")
+    print(f"# {args.size} B, {args.nproc} ranks, {len(samples)} samples in {wall:.2f} s; "
+          f"other processes used {others:.0%} of the machine")
+    medians_of = {}
     for w in windows:
-        medians = [statistics.median(samples[i:i + w]) * 1e6 for i in range(0, len(samples) - w + 1, w)]
+        medians = medians_of[w] = [statistics.median(samples[i:i + w]) * 1e6
+                                   for i in range(0, len(samples) - w + 1, w)]
         window_ms = wall / len(samples) * w * 1e3
         print(f"# {len(medians)} windows of {w} samples (~{window_ms:.2f} ms each): medians {min(medians):.2f}-"
               f"{max(medians):.2f} us, max/min {max(medians) / min(medians):.3f}")
@@ -81,9 +55,7 @@ def main() -> int:
         peaks = [(k, a) for i, (k, a) in enumerate(lags[1:-1], 1) if a > lags[i - 1][1] and a >= lags[i + 1][1]]
         print("#   autocorrelation peaks (lag in windows, ~ms, value): " +
               ", ".join(f"{k} ({k * window_ms:.1f} ms) {a:.2f}" for k, a in peaks[:5]))
-    w = windows[0]
-    medians = [statistics.median(samples[i:i + w]) * 1e6 for i in range(0, len(samples) - w + 1, w)]
-    print(" ".join(f"{m:.2f}" for m in medians[:args.show]))
+    print(" ".join(f"{m:.2f}" for m in medians_of[windows[0]][:args.show]))
     return 0
 
 

@@ -66,7 +66,7 @@ def _rank(rank: int, args, store_path: str) -> None:
         _settle(rank, args.settle, lambda flag: torch.ops.deepspeed.inference_all_reduce_(flag))
     else:
         _settle(rank, args.settle, lambda flag: backend.allreduce([flag]).wait())
-    out = {}
+    out = {"loop_seconds": {}}  # per size: the sample loop's wall time, barriers included (timeline.py)
     for size in [int(s) for s in args.sizes.split(",")]:
         count = max(1, size // 4)
         t = torch.full((count,), float(rank + 1))
@@ -84,6 +84,7 @@ def _rank(rank: int, args, store_path: str) -> None:
             op = lambda: backend.allreduce([t]).wait()  # noqa: E731
         for _ in range(args.warmup):
             op()
+        start = time.perf_counter()
         if args.api == "cpp" and not deepspeed:  # barrier and op looped in C++: the backend's own cost
             mine = torch.tensor(fastcomm._C.bench_samples(backend, "ALLREDUCE", t, t, args.iters), dtype=torch.float64)
         else:
@@ -97,6 +98,7 @@ def _rank(rank: int, args, store_path: str) -> None:
                 samples.append(time.perf_counter() - t0)
             barrier()  # untimed: no rank leaves while a peer still finishes its last op (bench_samples does too)
             mine = torch.tensor(samples, dtype=torch.float64)
+        out["loop_seconds"][str(count * 4)] = time.perf_counter() - start
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
         out[str(count * 4)] = mine.tolist()
     if rank == 0:
