@@ -1,6 +1,6 @@
 """One round of the peers' all_reduce under mpiexec (benchmarks/peers/run.py starts it).
 
-    mpiexec -n 2 python mpi_worker.py --sizes 8,1M --iters 50 --warmup 5 --settle 0.2
+    mpiexec -n 2 python mpi_worker.py --sizes 8,1M --iters 50 --warmup 5 --settle 0.2 [--round-ms 100]
 
 For each size: in-place float32 SUM Allreduce with mpi4py on numpy buffers;
 every sample is the library's own barrier (untimed) and one timed op; each
@@ -12,8 +12,14 @@ import argparse
 import json
 import time
 
+import os
+import sys
+
 import numpy as np
 from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rounds import DEFAULT_MAX_SAMPLES, more_samples  # noqa: E402
 
 
 def main() -> None:
@@ -21,6 +27,9 @@ def main() -> None:
     p.add_argument("--sizes", required=True, help="bytes, comma-separated")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--round-ms", type=float, default=0.0,
+                   help="more samples than --iters until each size's loop lasts about this long (rounds.py)")
+    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
@@ -42,14 +51,25 @@ def main() -> None:
         assert (buf == n * (n + 1) / 2).all(), "wrong all_reduce result"
         for _ in range(args.warmup):
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        mine = np.zeros(args.iters)
-        for i in range(args.iters):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-            mine[i] = time.perf_counter() - t0
-        comm.Barrier()  # untimed: no rank leaves while a peer still finishes its last op (see torch_worker.py)
-        slowest = np.zeros(args.iters)
+
+        def take(k: int) -> np.ndarray:
+            mine = np.zeros(k)
+            for i in range(k):
+                comm.Barrier()
+                t0 = time.perf_counter()
+                comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                mine[i] = time.perf_counter() - t0
+            comm.Barrier()  # untimed: no rank leaves while a peer still finishes its last op (see torch_worker.py)
+            return mine
+
+        start = time.perf_counter()
+        mine = take(args.iters)
+        if args.round_ms > 0:  # equal time (rounds.py): rank 0's count of more samples, on every rank
+            seconds = time.perf_counter() - start
+            extra = comm.allreduce(more_samples(args.iters, args.round_ms, args.max_samples, seconds)
+                                   if rank == 0 else 0, op=MPI.MAX)
+            mine = np.concatenate([mine, take(extra)])
+        slowest = np.zeros(len(mine))
         comm.Reduce(mine, slowest, op=MPI.MAX, root=0)  # per sample, after the loop: nothing else between samples
         out[str(count * 4)] = slowest.tolist()
     if rank == 0:

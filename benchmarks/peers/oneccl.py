@@ -29,6 +29,8 @@ import sys
 import tempfile
 import zipfile
 
+from rounds import DEFAULT_MAX_SAMPLES
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 HOME = os.path.join(ROOT, ".venv-peers-oneccl")
@@ -41,6 +43,8 @@ def available() -> str | None:
     """None when the worker is built and libfabric is there, else why not."""
     if not os.access(WORKER, os.X_OK):
         return f"no {WORKER}: run bash benchmarks/peers/setup.sh"
+    if os.path.getmtime(WORKER) < os.path.getmtime(os.path.join(HERE, "oneccl_worker.cpp")):
+        return f"{WORKER} is older than oneccl_worker.cpp: run python benchmarks/peers/oneccl.py --build"
     if not os.path.exists(os.path.join(LIBFABRIC_DIR, "libfabric.so.1")):
         return f"no libfabric.so.1 in {LIBFABRIC_DIR}: run bash benchmarks/peers/setup.sh"
     return None
@@ -66,12 +70,14 @@ def build() -> None:
     print(f"oneccl: {WORKER} (oneccl-cpu {VERSION})")
 
 
-def run_round(nproc: int, sizes: str, iters: int, warmup: int, settle: float, timeout: float = 600) -> int:
+def run_round(nproc: int, sizes: str, iters: int, warmup: int, settle: float, round_ms: float = 0.0,
+              max_samples: int = DEFAULT_MAX_SAMPLES, timeout: float = 600) -> int:
     env = dict(os.environ, CCL_WORKER_OFFLOAD="0", CCL_ATL_TRANSPORT="ofi", CCL_LOCAL_SIZE=str(nproc),
                CCL_LOG_LEVEL="error", LD_LIBRARY_PATH=LIBFABRIC_DIR)
     with tempfile.TemporaryDirectory(prefix="fastcomm-oneccl-") as tmp:
         kvs = os.path.join(tmp, "kvs")
-        procs = [subprocess.Popen([WORKER, str(r), str(nproc), kvs, sizes, str(iters), str(warmup), str(settle)],
+        procs = [subprocess.Popen([WORKER, str(r), str(nproc), kvs, sizes, str(iters), str(warmup), str(settle),
+                                   str(round_ms), str(max_samples)],
                                   env=dict(env, CCL_LOCAL_RANK=str(r)), stdout=subprocess.PIPE if r == 0 else None,
                                   text=True) for r in range(nproc)]
         try:
@@ -93,6 +99,9 @@ def main() -> int:
     p.add_argument("--sizes", default="8")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--round-ms", type=float, default=0.0,
+                   help="more samples than --iters until each size's loop lasts about this long (rounds.py)")
+    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     if args.build:
@@ -101,7 +110,7 @@ def main() -> int:
     reason = available()
     if reason:
         p.error(reason)
-    return run_round(args.nproc, args.sizes, args.iters, args.warmup, args.settle)
+    return run_round(args.nproc, args.sizes, args.iters, args.warmup, args.settle, args.round_ms, args.max_samples)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     bash benchmarks/peers/setup.sh                     # once: MPICH and Open MPI (with mpi4py) in their own venvs
     python benchmarks/peers/run.py                     # 2 ranks, 8 B .. 64 MiB, 5 interleaved rounds, --api cpp
     python benchmarks/peers/run.py --nproc 4 --background-load 1 --json peers.json
+    python benchmarks/peers/run.py --round-ms 100            # rounds of equal time (~100 ms per size) for every library
 
 Every library runs the same in-place float32 SUM all_reduce with the same
 method: per sample the library's own barrier (untimed), one timed op, the
@@ -22,7 +23,10 @@ library / fastcomm (> 1: fastcomm faster); a second table gives the means
 (what a loop of ops costs per op, long stalls included: under a background
 load a library can have a short median and a long mean); a third the 90th
 percentiles (the slow tail) with the round-to-round spread (the slowest
-round's median / the fastest round's).
+round's median / the fastest round's). A round is --iters samples per size;
+with --round-ms T every library takes more until each size's round lasts
+about T ms (rounds.py): equal time instead of equal count, so a fast
+library's round spans as much of the machine's own variation as a slow one's.
 
 Libraries: fastcomm and Gloo (torch.distributed: `--api cpp`, the default,
 loops the backend's barrier and op in C++, the backend's own cost; `--api
@@ -34,6 +38,7 @@ skipped with a note when setup.sh has not made it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -59,7 +64,7 @@ def _busy() -> tuple[int, int]:
 def _commands(args) -> dict[str, list[str] | str]:
     """Library -> the command of one round, or why it is skipped."""
     common = ["--sizes", ",".join(str(s) for s in args.size_list), "--iters", str(args.iters),
-              "--warmup", str(args.warmup), "--settle", str(args.settle)]
+              "--warmup", str(args.warmup), "--settle", str(args.settle), "--round-ms", str(args.round_ms)]
     torch_worker = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--nproc", str(args.nproc), "--api", args.api,
                     *(["--pin"] if args.pin else [])]
     out: dict[str, list[str] | str] = {
@@ -124,21 +129,23 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1))]
 
 
-def _p90_p10(values: list[float], iters: int) -> float:
+def _p90_p10(values: list[float], lengths: list[int]) -> float:
     """Spread over all samples: 90th / 10th percentile."""
     return _percentile(values, 0.9) / max(_percentile(values, 0.1), 1e-12)
 
 
-def _round_to_round(values: list[float], iters: int) -> float:
+def _round_to_round(values: list[float], lengths: list[int]) -> float:
     """Spread between rounds: the slowest round's median / the fastest's
-    (`values` in the order they were taken, `iters` per round)."""
-    medians = [statistics.median(values[i:i + iters]) for i in range(0, len(values), iters)]
+    (`values` in the order they were taken, lengths[k] of them in round k)."""
+    ends = list(itertools.accumulate(lengths))
+    medians = [statistics.median(values[end - n:end]) for n, end in zip(lengths, ends)]
     return max(medians) / max(min(medians), 1e-12)
 
 
-def _table(samples, libraries, sizes, statistic, spread=None, iters: int = 0, digits: int = 1) -> None:
+def _table(samples, libraries, sizes, statistic, spread=None, lengths=None, digits: int = 1) -> None:
     """One row per size: each library's `statistic` of its samples in us, with
-    spread(samples, iters) in brackets if given, and the ratio library / fastcomm."""
+    spread(samples, its rounds' lengths) in brackets if given, and the ratio
+    library / fastcomm."""
     print(f"{'bytes':>10} " + " ".join(f"{lib:>24}" for lib in libraries))
     for size in sizes:
         cells = []
@@ -147,7 +154,8 @@ def _table(samples, libraries, sizes, statistic, spread=None, iters: int = 0, di
             values = samples[lib][size]
             value = statistic(values)
             ratio = f" {value / base:.2f}x" if base and lib != "fastcomm" else ""
-            cells.append(f"{value * 1e6:.1f}" + (f" ({spread(values, iters):.{digits}f})" if spread else "") + ratio)
+            spread_text = f" ({spread(values, lengths[lib][size]):.{digits}f})" if spread else ""
+            cells.append(f"{value * 1e6:.1f}" + spread_text + ratio)
         print(f"{size:>10} " + " ".join(f"{c:>24}" for c in cells))
 
 
@@ -156,7 +164,10 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes, comma-separated (K, M, G suffixes)")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--iters", type=int, default=30, help="samples per size per round")
+    p.add_argument("--iters", type=int, default=30, help="samples per size per round (the least, with --round-ms)")
+    p.add_argument("--round-ms", type=float, default=0.0,
+                   help="equal time instead of equal count: every library takes more samples than --iters until "
+                        "each size's round lasts about this long (rounds.py); 0: --iters samples")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--settle", type=float, default=0.5,
                    help="seconds of untimed small all_reduces each job runs before its first size (scheduler placement settles)")
@@ -183,6 +194,7 @@ def main(argv=None) -> int:
             print(f"# {lib} skipped: {c}", file=sys.stderr)
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.background_load)]
     samples: dict[str, dict[int, list[float]]] = {lib: {s: [] for s in args.size_list} for lib in libraries}
+    lengths: dict[str, dict[int, list[int]]] = {lib: {s: [] for s in args.size_list} for lib in libraries}
     busy: dict[str, list[float]] = {lib: [] for lib in libraries}
     try:
         for k in range(args.rounds):
@@ -191,27 +203,35 @@ def main(argv=None) -> int:
                 result, others = _run(commands[lib], timeout=600)
                 busy[lib].append(others)
                 for size in args.size_list:
-                    samples[lib][size] += result[str(max(4, size // 4 * 4))]
+                    taken = result[str(max(4, size // 4 * 4))]
+                    samples[lib][size] += taken
+                    lengths[lib][size].append(len(taken))
                 print(f"  round {k + 1}/{args.rounds} {lib}: others used {others:.0%} of the machine", file=sys.stderr,
                       flush=True)
     finally:
         for proc in load:
             proc.kill()
+    per_round = (f"at least {args.iters} samples and ~{args.round_ms:g} ms per size" if args.round_ms > 0
+                 else f"{args.iters} samples")
     print(f"# all_reduce float32 SUM in place, {args.nproc} ranks, {os.cpu_count()} CPUs, background load "
-          f"{args.background_load}; {args.rounds} interleaved rounds x {args.iters} samples; fastcomm and gloo "
+          f"{args.background_load}; {args.rounds} interleaved rounds x {per_round}; fastcomm and gloo "
           f"through --api {args.api}, MPI through mpi4py, oneCCL through its C++ API")
+    if args.round_ms > 0:
+        print("# samples per round (fewest-most): " + "; ".join(
+            f"{lib} " + " ".join(f"{min(lengths[lib][s])}-{max(lengths[lib][s])}" for s in args.size_list)
+            for lib in libraries))
     print("# median us (p90/p10 spread); ratio = library median / fastcomm median (> 1: fastcomm faster)")
     print("# CPU used by other processes during each library's runs (share of the machine): " +
           ", ".join(f"{lib} {min(b):.0%}-{max(b):.0%}" for lib, b in busy.items()))
-    _table(samples, libraries, args.size_list, statistics.median, _p90_p10, args.iters)
+    _table(samples, libraries, args.size_list, statistics.median, _p90_p10, lengths)
     print("# mean us (a loop's time per op: rare long stalls count); ratio as above, of means")
     _table(samples, libraries, args.size_list, statistics.fmean)
     print("# 90th percentile us, the slow tail (round-to-round spread: slowest round's median / fastest round's); "
           "ratio as above, of p90s")
-    _table(samples, libraries, args.size_list, lambda v: _percentile(v, 0.9), _round_to_round, args.iters, digits=2)
+    _table(samples, libraries, args.size_list, lambda v: _percentile(v, 0.9), _round_to_round, lengths, digits=2)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "samples": samples, "busy": busy}, f)
+            json.dump({"args": vars(args), "samples": samples, "round_lengths": lengths, "busy": busy}, f)
     return 0
 
 

@@ -1,6 +1,6 @@
 """One round of a torch.distributed backend's all_reduce (benchmarks/peers/run.py starts it).
 
-    python torch_worker.py --backend fastcomm --nproc 2 --sizes 8,1M --iters 50 --warmup 5 --settle 0.2
+    python torch_worker.py --backend fastcomm --nproc 2 --sizes 8,1M --iters 50 --warmup 5 --settle 0.2 [--round-ms 100]
 
 The same method as mpi_worker.py: in-place float32 SUM all_reduce; each
 sample is the backend's own barrier (untimed) and one timed op; each sample's
@@ -9,7 +9,8 @@ slowest rank is found after the loop. `--api process_group` (default) calls the 
 mpi4py's call), `--api dist` calls dist.all_reduce, `--api cpp` loops barrier and
 op in C++ (fastcomm._C.bench_samples: no Python between samples, the backend's own cost;
 DeepSpeed's op keeps the Python loop). The slowest-rank reduce
-runs once per size on a separate Gloo group.
+runs once per size on a separate Gloo group. `--round-ms T`: more samples
+until each size's loop lasts about T ms (rounds.py).
 
 `--backend deepspeed`: DeepSpeed 0.19.8's shm all_reduce op
 (deepspeed_shm.py) on a Gloo group, as deepspeed.comm runs it on CPU: its
@@ -26,6 +27,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rounds import DEFAULT_MAX_SAMPLES, more_samples  # noqa: E402
 
 
 def _settle(rank: int, seconds: float, all_reduce) -> None:
@@ -52,7 +56,6 @@ def _rank(rank: int, args, store_path: str) -> None:
     dist.init_process_group("gloo" if deepspeed else args.backend, init_method=f"file://{store_path}", rank=rank,
                             world_size=args.nproc, timeout=datetime.timedelta(seconds=120))
     if deepspeed:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import deepspeed_shm
 
         shm = deepspeed_shm.load()
@@ -84,21 +87,32 @@ def _rank(rank: int, args, store_path: str) -> None:
             op = lambda: backend.allreduce([t]).wait()  # noqa: E731
         for _ in range(args.warmup):
             op()
-        start = time.perf_counter()
         if args.api == "cpp" and not deepspeed:  # barrier and op looped in C++: the backend's own cost
-            mine = torch.tensor(fastcomm._C.bench_samples(backend, "ALLREDUCE", t, t, args.iters), dtype=torch.float64)
+            take = lambda k: fastcomm._C.bench_samples(backend, "ALLREDUCE", t, t, k)  # noqa: E731
         else:
             # process_group: the backend object's barrier too, as thin as mpi4py's Barrier
             barrier = dist.barrier if args.api == "dist" or deepspeed else lambda: backend.barrier().wait()
-            samples = []  # a list, not a tensor: a tensor's item assignment costs ~5 us of Python per sample
-            for _ in range(args.iters):
-                barrier()
-                t0 = time.perf_counter()
-                op()
-                samples.append(time.perf_counter() - t0)
-            barrier()  # untimed: no rank leaves while a peer still finishes its last op (bench_samples does too)
-            mine = torch.tensor(samples, dtype=torch.float64)
+
+            def take(k: int) -> list[float]:
+                samples = []  # a list, not a tensor: a tensor's item assignment costs ~5 us of Python per sample
+                for _ in range(k):
+                    barrier()
+                    t0 = time.perf_counter()
+                    op()
+                    samples.append(time.perf_counter() - t0)
+                barrier()  # untimed: no rank leaves while a peer still finishes its last op (bench_samples does too)
+                return samples
+
+        start = time.perf_counter()
+        samples = list(take(args.iters))
+        if args.round_ms > 0:  # equal time (rounds.py): rank 0's count of more samples, on every rank
+            seconds = time.perf_counter() - start
+            extra = torch.tensor([float(more_samples(args.iters, args.round_ms, args.max_samples, seconds))
+                                  if rank == 0 else 0.0])
+            dist.all_reduce(extra, op=dist.ReduceOp.MAX, group=control)
+            samples += take(int(extra.item())) if extra.item() > 0 else []
         out["loop_seconds"][str(count * 4)] = time.perf_counter() - start
+        mine = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
         out[str(count * 4)] = mine.tolist()
     if rank == 0:
@@ -114,6 +128,9 @@ def main() -> None:
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--round-ms", type=float, default=0.0,
+                   help="more samples than --iters until each size's loop lasts about this long (0: --iters)")
+    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()

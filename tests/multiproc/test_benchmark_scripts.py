@@ -128,17 +128,27 @@ def test_arena_vs_ordinary_prints_a_row_per_size(collective, sizes, expected):
     assert [int(r[0]) for r in rows] == expected and all(float(x) > 0 for r in rows for x in r[1:]), out.stdout
 
 
-@pytest.mark.parametrize("api", ["cpp", "process_group"])
-def test_peers_run_prints_median_mean_and_tail_tables(api):
+@pytest.mark.parametrize("api,round_ms", [("cpp", 0), ("process_group", 0), ("cpp", 40)])
+def test_peers_run_prints_median_mean_and_tail_tables(api, round_ms):
     """benchmarks/peers/run.py with the libraries CI has (fastcomm, Gloo): the median, mean and
     90th percentile tables, a row per size, Gloo's ratio to fastcomm in each, the spreads in
-    brackets (one round: its round-to-round spread is 1); the workers check each size's result."""
+    brackets (one round: its round-to-round spread is 1); the workers check each size's result.
+    With --round-ms every library takes more than --iters samples where --iters take less time
+    (3 samples of 8 B and 64 KiB take well under 40 ms here), and says how many."""
     out = subprocess.run(
         [sys.executable, os.path.join(BENCHMARKS, "peers", "run.py"), "--libraries", "fastcomm,gloo", "--api", api,
-         "--sizes", "8,64K", "--rounds", "1", "--iters", "3", "--warmup", "1"],
+         "--sizes", "8,64K", "--rounds", "1", "--iters", "3", "--warmup", "1", "--round-ms", str(round_ms)],
         capture_output=True, text=True, timeout=240,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+    counts = re.findall(r"^# samples per round \(fewest-most\): fastcomm (\d+)-(\d+) (\d+)-(\d+); "
+                        r"gloo (\d+)-(\d+) (\d+)-(\d+)$", out.stdout, re.M)
+    if round_ms:
+        assert "x at least 3 samples and ~40 ms per size" in out.stdout and len(counts) == 1, out.stdout
+        fewest_most = [int(c) for c in counts[0]]
+        assert all(n > 3 for n in fewest_most) and fewest_most[0::2] == fewest_most[1::2], out.stdout  # one round
+    else:
+        assert "x 3 samples;" in out.stdout and not counts, out.stdout
     median_text, rest = out.stdout.split("# mean us", 1)
     mean_text, tail_text = rest.split("# 90th percentile us", 1)
     with_spread = r"^\s+(\d+)\s+([\d.]+) \(([\d.]+)\)\s+([\d.]+) \(([\d.]+)\) ([\d.]+)x$"
