@@ -10,10 +10,9 @@ so nothing but the barrier runs between samples. Rank 0 prints one JSON line:
 """
 import argparse
 import json
-import time
-
 import os
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI

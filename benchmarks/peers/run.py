@@ -27,6 +27,9 @@ round's median / the fastest round's). A round is --iters samples per size;
 with --round-ms T every library takes more until each size's round lasts
 about T ms (rounds.py): equal time instead of equal count, so a fast
 library's round spans as much of the machine's own variation as a slow one's.
+--fixed-layout runs every job without address-space randomization: where
+ranks outnumber CPUs a job's time follows its processes' layout (docs/
+shm_benchmarks.md "What spreads the rounds"); a diagnosis, not how users run.
 
 Libraries: fastcomm and Gloo (torch.distributed: `--api cpp`, the default,
 loops the backend's barrier and op in C++, the backend's own cost; `--api
@@ -38,6 +41,7 @@ skipped with a note when setup.sh has not made it.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
 import os
@@ -100,16 +104,30 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(command: list[str], timeout: float) -> tuple[dict[str, list[float]], float]:
+ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
+
+
+def _fixed_layout() -> None:
+    """In the child before exec: its address space, and its children's, laid
+    out without randomization (as `setarch -R`; the flag survives exec)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)
+    if current == -1 or libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE) failed")
+
+
+def _run(command: list[str], timeout: float, fixed_layout: bool = False) -> tuple[dict[str, list[float]], float]:
     """One round of one library: its samples per size, and how much of the
     machine other processes used meanwhile (0..1: all CPUs busy with others).
     The job's own CPU time is its processes' (they are all reaped, so they
-    count in RUSAGE_CHILDREN); the rest of the machine's busy time is others'."""
+    count in RUSAGE_CHILDREN); the rest of the machine's busy time is others'.
+    `fixed_layout`: the job's processes without address-space randomization."""
     busy0, total0 = _busy()
     own0 = _children_cpu()
     shm_before = set(os.listdir("/dev/shm"))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd="/tmp",
+                              preexec_fn=_fixed_layout if fixed_layout else None)
     finally:
         for name in set(os.listdir("/dev/shm")) - shm_before:
             if name.startswith(PEER_SHM_PREFIXES):
@@ -177,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--libraries", default="fastcomm,gloo,mpich,openmpi,deepspeed,oneccl", help="which to run, comma-separated")
     p.add_argument("--pin", action="store_true",
                    help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
+    p.add_argument("--fixed-layout", action="store_true",
+                   help="run every job without address-space randomization (as setarch -R): a diagnosis, not "
+                        "how users run (docs/shm_benchmarks.md 'What spreads the rounds')")
     p.add_argument("--json", help="write every sample and the machine load per run here")
     args = p.parse_args(argv)
     try:
@@ -200,7 +221,7 @@ def main(argv=None) -> int:
         for k in range(args.rounds):
             order = libraries[k % len(libraries):] + libraries[: k % len(libraries)]
             for lib in order:
-                result, others = _run(commands[lib], timeout=600)
+                result, others = _run(commands[lib], timeout=600, fixed_layout=args.fixed_layout)
                 busy[lib].append(others)
                 for size in args.size_list:
                     taken = result[str(max(4, size // 4 * 4))]
@@ -215,7 +236,8 @@ def main(argv=None) -> int:
                  else f"{args.iters} samples")
     print(f"# all_reduce float32 SUM in place, {args.nproc} ranks, {os.cpu_count()} CPUs, background load "
           f"{args.background_load}; {args.rounds} interleaved rounds x {per_round}; fastcomm and gloo "
-          f"through --api {args.api}, MPI through mpi4py, oneCCL through its C++ API")
+          f"through --api {args.api}, MPI through mpi4py, oneCCL through its C++ API"
+          + ("; every job without address-space randomization (--fixed-layout)" if args.fixed_layout else ""))
     if args.round_ms > 0:
         print("# samples per round (fewest-most): " + "; ".join(
             f"{lib} " + " ".join(f"{min(lengths[lib][s])}-{max(lengths[lib][s])}" for s in args.size_list)
