@@ -29,7 +29,7 @@ about T ms (rounds.py): equal time instead of equal count, so a fast
 library's round spans as much of the machine's own variation as a slow one's.
 --fixed-layout runs every job without address-space randomization: where
 ranks outnumber CPUs a job's time follows its processes' layout (docs/
-shm_benchmarks.md "What spreads the rounds"); a diagnosis, not how users run.
+shm_benchmarks.md "Between jobs"); a diagnosis, not how users run.
 
 Libraries: fastcomm and Gloo (torch.distributed: `--api cpp`, the default,
 loops the backend's barrier and op in C++, the backend's own cost; `--api
