@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rounds import DEFAULT_MAX_SAMPLES, more_samples  # noqa: E402
+import rounds  # noqa: E402
 
 
 def main() -> None:
@@ -26,9 +26,7 @@ def main() -> None:
     p.add_argument("--sizes", required=True, help="bytes, comma-separated")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--round-ms", type=float, default=0.0,
-                   help="more samples than --iters until each size's loop lasts about this long (rounds.py)")
-    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
+    rounds.add_arguments(p)
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
@@ -61,13 +59,7 @@ def main() -> None:
             comm.Barrier()  # untimed: no rank leaves while a peer still finishes its last op (see torch_worker.py)
             return mine
 
-        start = time.perf_counter()
-        mine = take(args.iters)
-        if args.round_ms > 0:  # equal time (rounds.py): rank 0's count of more samples, on every rank
-            seconds = time.perf_counter() - start
-            extra = comm.allreduce(more_samples(args.iters, args.round_ms, args.max_samples, seconds)
-                                   if rank == 0 else 0, op=MPI.MAX)
-            mine = np.concatenate([mine, take(extra)])
+        mine = np.array(rounds.take_round(take, lambda n: comm.allreduce(n, op=MPI.MAX), rank, args))
         slowest = np.zeros(len(mine))
         comm.Reduce(mine, slowest, op=MPI.MAX, root=0)  # per sample, after the loop: nothing else between samples
         out[str(count * 4)] = slowest.tolist()

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import zipfile
 
-from rounds import DEFAULT_MAX_SAMPLES
+import rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -71,7 +71,7 @@ def build() -> None:
 
 
 def run_round(nproc: int, sizes: str, iters: int, warmup: int, settle: float, round_ms: float = 0.0,
-              max_samples: int = DEFAULT_MAX_SAMPLES, timeout: float = 600) -> int:
+              max_samples: int = rounds.DEFAULT_MAX_SAMPLES, timeout: float = 600) -> int:
     env = dict(os.environ, CCL_WORKER_OFFLOAD="0", CCL_ATL_TRANSPORT="ofi", CCL_LOCAL_SIZE=str(nproc),
                CCL_LOG_LEVEL="error", LD_LIBRARY_PATH=LIBFABRIC_DIR)
     with tempfile.TemporaryDirectory(prefix="fastcomm-oneccl-") as tmp:
@@ -99,9 +99,7 @@ def main() -> int:
     p.add_argument("--sizes", default="8")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--round-ms", type=float, default=0.0,
-                   help="more samples than --iters until each size's loop lasts about this long (rounds.py)")
-    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
+    rounds.add_arguments(p)
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     args = p.parse_args()
     if args.build:

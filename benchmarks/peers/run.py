@@ -197,7 +197,7 @@ def main(argv=None) -> int:
                    help="bind each fastcomm/Gloo rank to its own CPU (mod their number), as Open MPI binds by default")
     p.add_argument("--fixed-layout", action="store_true",
                    help="run every job without address-space randomization (as setarch -R): a diagnosis, not "
-                        "how users run (docs/shm_benchmarks.md 'What spreads the rounds')")
+                        "how users run (docs/shm_benchmarks.md 'Between jobs')")
     p.add_argument("--json", help="write every sample and the machine load per run here")
     args = p.parse_args(argv)
     try:

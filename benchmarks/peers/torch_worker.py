@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rounds import DEFAULT_MAX_SAMPLES, more_samples  # noqa: E402
+import rounds  # noqa: E402
 
 
 def _settle(rank: int, seconds: float, all_reduce) -> None:
@@ -43,6 +43,12 @@ def _settle(rank: int, seconds: float, all_reduce) -> None:
         all_reduce(flag)
         if flag.item() > 0:
             return
+
+
+def _max_over_ranks(n: int, group) -> int:
+    value = torch.tensor([float(n)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return int(value.item())
 
 
 def _rank(rank: int, args, store_path: str) -> None:
@@ -104,13 +110,7 @@ def _rank(rank: int, args, store_path: str) -> None:
                 return samples
 
         start = time.perf_counter()
-        samples = list(take(args.iters))
-        if args.round_ms > 0:  # equal time (rounds.py): rank 0's count of more samples, on every rank
-            seconds = time.perf_counter() - start
-            extra = torch.tensor([float(more_samples(args.iters, args.round_ms, args.max_samples, seconds))
-                                  if rank == 0 else 0.0])
-            dist.all_reduce(extra, op=dist.ReduceOp.MAX, group=control)
-            samples += take(int(extra.item())) if extra.item() > 0 else []
+        samples = rounds.take_round(take, lambda n: _max_over_ranks(n, control), rank, args)
         out["loop_seconds"][str(count * 4)] = time.perf_counter() - start
         mine = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
@@ -128,9 +128,7 @@ def main() -> None:
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--round-ms", type=float, default=0.0,
-                   help="more samples than --iters until each size's loop lasts about this long (0: --iters)")
-    p.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
+    rounds.add_arguments(p)
     p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()

@@ -6,7 +6,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "peers"))
 import run  # noqa: E402
-from rounds import more_samples  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from rounds import more_samples, take_round  # noqa: E402
 
 
 def test_equal_count_takes_no_more():
@@ -19,6 +21,25 @@ def test_equal_time_fills_the_round_up_to_the_cap():
     assert more_samples(30, 100.0, 500, 0.003) == 470  # at most max_samples in all
     assert more_samples(30, 100.0, 200000, 0.25) == 0  # the first 30 already took longer
     assert more_samples(30, 100.0, 20, 0.001) == 0  # a cap under --iters takes nothing more
+
+
+def test_take_round_takes_rank_zeros_count_on_every_rank():
+    """Only rank 0's count goes to the agreement; a rank takes --iters, then what was agreed."""
+    taken, offered = [], []
+
+    def take(k):
+        taken.append(k)
+        return [0.001] * k
+
+    def agree(n):
+        offered.append(n)
+        return 7
+
+    args = SimpleNamespace(iters=3, round_ms=40.0, max_samples=1000)
+    assert take_round(take, agree, 1, args) == [0.001] * 10 and taken == [3, 7] and offered == [0]
+    taken.clear()
+    assert take_round(take, agree, 0, SimpleNamespace(iters=3, round_ms=0.0, max_samples=1000)) == [0.001] * 3
+    assert taken == [3] and offered == [0]  # equal count: no agreement, nothing more
 
 
 def test_fixed_layout_turns_randomization_off_in_the_job_and_its_children():
