@@ -23,7 +23,8 @@ library / fastcomm (> 1: fastcomm faster); a second table gives the means
 (what a loop of ops costs per op, long stalls included: under a background
 load a library can have a short median and a long mean); a third the 90th
 percentiles (the slow tail) with the round-to-round spread (the slowest
-round's median / the fastest round's). A round is --iters samples per size;
+round's median / the fastest round's); a last one sets fastcomm's round-to-round
+spread beside the steadiest peer's, as that ratio and in time. A round is --iters samples per size;
 with --round-ms T every library takes more until each size's round lasts
 about T ms (rounds.py): equal time instead of equal count, so a fast
 library's round spans as much of the machine's own variation as a slow one's.
@@ -152,12 +153,44 @@ def _p90_p10(values: list[float], lengths: list[int]) -> float:
     return _percentile(values, 0.9) / max(_percentile(values, 0.1), 1e-12)
 
 
-def _round_to_round(values: list[float], lengths: list[int]) -> float:
-    """Spread between rounds: the slowest round's median / the fastest's
-    (`values` in the order they were taken, lengths[k] of them in round k)."""
+def _round_medians(values: list[float], lengths: list[int]) -> list[float]:
+    """Each round's median (`values` in the order they were taken, lengths[k] of them in round k)."""
     ends = list(itertools.accumulate(lengths))
-    medians = [statistics.median(values[end - n:end]) for n, end in zip(lengths, ends)]
+    return [statistics.median(values[end - n:end]) for n, end in zip(lengths, ends)]
+
+
+def _round_to_round(values: list[float], lengths: list[int]) -> float:
+    """Spread between rounds: the slowest round's median / the fastest's."""
+    medians = _round_medians(values, lengths)
     return max(medians) / max(min(medians), 1e-12)
+
+
+def _round_to_round_time(values: list[float], lengths: list[int]) -> float:
+    """Spread between rounds in time: the slowest round's median - the fastest's (seconds)."""
+    medians = _round_medians(values, lengths)
+    return max(medians) - min(medians)
+
+
+def _spread_table(samples, lengths, libraries, sizes) -> None:
+    """Issue 14's spread goal per size: fastcomm's round-to-round spread beside
+    the steadiest peer's, as a ratio and in time ('<=': no larger than every
+    peer's). A ratio favours a slow library (the same stall is a smaller part
+    of a longer op); a time favours a fast one: both are shown."""
+    peers = [lib for lib in libraries if lib != "fastcomm"]
+    if "fastcomm" not in libraries or not peers:
+        return
+    print("# round-to-round spread, fastcomm against the steadiest peer: ratio (slowest round's median / fastest "
+          "round's) and time (slowest - fastest, us); '<=' where fastcomm's is no larger than every peer's")
+    print(f"{'bytes':>10} {'fastcomm ratio':>16} {'steadiest peer ratio':>28} {'fastcomm us':>14} "
+          f"{'steadiest peer us':>28}")
+    for size in sizes:
+        cells = []
+        for spread, scale, digits in ((_round_to_round, 1.0, 2), (_round_to_round_time, 1e6, 1)):
+            value = {lib: spread(samples[lib][size], lengths[lib][size]) * scale for lib in libraries}
+            steadiest = min(peers, key=value.get)
+            mark = "<= " if value["fastcomm"] <= value[steadiest] else ""
+            cells += [f"{mark}{value['fastcomm']:.{digits}f}", f"{steadiest} {value[steadiest]:.{digits}f}"]
+        print(f"{size:>10} {cells[0]:>16} {cells[1]:>28} {cells[2]:>14} {cells[3]:>28}")
 
 
 def _table(samples, libraries, sizes, statistic, spread=None, lengths=None, digits: int = 1) -> None:
@@ -251,6 +284,7 @@ def main(argv=None) -> int:
     print("# 90th percentile us, the slow tail (round-to-round spread: slowest round's median / fastest round's); "
           "ratio as above, of p90s")
     _table(samples, libraries, args.size_list, lambda v: _percentile(v, 0.9), _round_to_round, lengths, digits=2)
+    _spread_table(samples, lengths, libraries, args.size_list)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "samples": samples, "round_lengths": lengths, "busy": busy}, f)

@@ -50,3 +50,22 @@ def test_fixed_layout_turns_randomization_off_in_the_job_and_its_children():
         return int(out.stdout, 16)
     assert not flags(None) & run.ADDR_NO_RANDOMIZE
     assert flags(run._fixed_layout) & run.ADDR_NO_RANDOMIZE
+
+
+def test_round_to_round_spread_as_a_ratio_and_in_time():
+    """Round medians 2 and 5 s (rounds of 2 and 3 samples, in the order taken)."""
+    seconds = [1.0, 3.0, 5.0, 5.0, 6.0]
+    assert run._round_medians(seconds, [2, 3]) == [2.0, 5.0]
+    assert run._round_to_round(seconds, [2, 3]) == 2.5
+    assert run._round_to_round_time(seconds, [2, 3]) == 3.0
+
+
+def test_spread_table_names_the_steadiest_peer_by_each_measure(capsys):
+    """fastcomm's rounds 2 and 5 us (2.5x, 3 us); gloo's 10 and 20 (2x, 10 us); mpich's 100 and 300
+    (3x, 200 us): gloo is steadier by the ratio, fastcomm by time."""
+    us = lambda *v: [1e-6 * x for x in v]  # noqa: E731
+    samples = {"fastcomm": {8: us(2, 5)}, "gloo": {8: us(10, 20)}, "mpich": {8: us(100, 300)}}
+    lengths = {lib: {8: [1, 1]} for lib in samples}
+    run._spread_table(samples, lengths, ["fastcomm", "gloo", "mpich"], [8])
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row == ["8", "2.50", "gloo", "2.00", "<=", "3.0", "gloo", "10.0"]
