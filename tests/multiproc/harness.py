@@ -5,9 +5,11 @@ Starting a rank costs seconds (importing torch), so a pool lives for a whole
 pytest session per world size and runs many checks. A check is a module-level
 function ``check(rank, world_size, **kwargs)`` run on every rank at once; it
 asserts values itself and may return something picklable. If any rank raises,
-``RankPool.run`` raises AssertionError with every failing rank's traceback. If a
-check does not finish within its timeout the pool is marked broken (its
-processes are killed) and the fixture makes a new one for the next test.
+``RankPool.run`` raises AssertionError with every failing rank's traceback. After
+a failure, and when a check does not finish within its timeout, the pool is
+marked broken (its processes are killed) and the fixture makes a new one for the
+next test: a rank that stopped early skipped collectives its peers then waited
+for, so the group is out of step and later checks on it would fail too.
 """
 from __future__ import annotations
 
@@ -97,6 +99,7 @@ class RankPool:
             outcomes[rank] = (status, value)
         errors = {r: v for r, (s, v) in sorted(outcomes.items()) if s == "error"}
         if errors:
+            self.close(kill=True)
             raise AssertionError(
                 f"{fn.__name__} failed on ranks {sorted(errors)}:\n" + "\n".join(f"--- rank {r}:\n{tb}" for r, tb in errors.items())
             )
