@@ -56,7 +56,8 @@ def _sources(pattern: str) -> list[str]:
 # 1 min (README, "Install").
 # Kernels and transports stay one file each: they are light and some carry
 # per-function target attributes. FASTCOMM_UNITY=0 compiles every file alone
-# (what an IDE sees; also catches a file that relies on its neighbours' includes).
+# (what an IDE sees); tests/unit/test_sources_alone.py parses each such file
+# alone, so a file that relies on its neighbours' includes fails the tests.
 UNITY_LAYERS = ("core", "ops", "algorithms", "backend", "bindings")
 
 
@@ -95,7 +96,7 @@ def _extension():
     # the torch-free .cuh headers beside the kernels; every .cpp is CPU code.
     cpu_sources = _unity(_sources("csrc/**/*.cpp"))
     # No -std flag: torch.utils.cpp_extension picks the standard its headers need
-    # (C++17 for torch 2.13, C++20 for 2.14).
+    # (C++20 for torch 2.13 and 2.14; tests/unit/test_sources_alone.py assumes the same).
     cxx_flags = ["-O3", "-Wall", "-Wno-unused-parameter"]
     include_dirs = [os.path.join(ROOT, "csrc")]
     if not with_cuda:
