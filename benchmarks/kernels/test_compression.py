@@ -24,7 +24,23 @@ def bufs(request):
         "int8": ops.compress_int8_quantize(g, None, 256, False, 0).repeat(RANKS, 1),
         "topk": ops.compress_topk(g, None, k).repeat(RANKS, 1),
         "sign": ops.compress_sign(g, None).repeat(RANKS, 1),
+        "sources": [g, *(torch.randn(n, generator=torch.Generator().manual_seed(q)) for q in range(1, 4))],
     }
+
+
+def _torch_low_precision_sum(sources, out):
+    """The native fp16 all_reduce's sum done with torch ops: each source scaled into float16, summed in
+    float32 in order, rounded to float16 once, widened into out."""
+    wire = [s.mul(1 / len(sources)).to(torch.float16) for s in sources]
+    total = wire[0].float()
+    for w in wire[1:]:
+        total += w
+    out.copy_(total.to(torch.float16))
+
+
+def _low_precision_sum(n):
+    return (lambda b: fastcomm._C.low_precision_sum(b["sources"][:n], b["out"], "float16", 1 / n, 65504.0 / n),
+            lambda elements, k: 4 * (n + 1) * elements)
 
 
 # group -> implementation -> (call(bufs), bytes(n, k)). "copy" (the memory
@@ -43,6 +59,14 @@ GROUPS = {
         "fastcomm": (lambda b: ops.compress_multi_tensor_pack([b["g"]], b["half"].view(torch.bfloat16), 1 / RANKS,
                                                               float("inf")), lambda n, k: 6 * n),
         "torch": (lambda b: b["g"].mul(1 / RANKS).to(torch.bfloat16), lambda n, k: 6 * n),
+    },
+    # The native fp16 all_reduce's sum over the ranks of a host (compress::low_precision_sum_cpu): 2-4
+    # sources read in one loop; "copy" moves 8 bytes per element where these move 12-20.
+    "fp16 low-precision sum": {
+        "fastcomm 2 sources": _low_precision_sum(2),
+        "fastcomm 3 sources": _low_precision_sum(3),
+        "fastcomm 4 sources": _low_precision_sum(4),
+        "torch 4 sources": (lambda b: _torch_low_precision_sum(b["sources"], b["out"]), lambda n, k: 20 * n),
     },
     "compression kernels": {
         "int8 quantize + EF": (lambda b: ops.compress_int8_quantize(b["g"], b["error"], 256, False, 0),
