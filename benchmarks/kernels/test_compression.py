@@ -24,7 +24,7 @@ def bufs(request):
         "int8": ops.compress_int8_quantize(g, None, 256, False, 0).repeat(RANKS, 1),
         "topk": ops.compress_topk(g, None, k).repeat(RANKS, 1),
         "sign": ops.compress_sign(g, None).repeat(RANKS, 1),
-        "sources": [g, *(torch.randn(n, generator=torch.Generator().manual_seed(q)) for q in range(1, 4))],
+        "sources": [g, *(torch.randn(n, generator=torch.Generator().manual_seed(q)) for q in range(1, 8))],
     }
 
 
@@ -60,13 +60,14 @@ GROUPS = {
                                                               float("inf")), lambda n, k: 6 * n),
         "torch": (lambda b: b["g"].mul(1 / RANKS).to(torch.bfloat16), lambda n, k: 6 * n),
     },
-    # The native fp16 all_reduce's sum over the ranks of a host (compress::low_precision_sum_cpu): 2-4
-    # sources read in one loop; "copy" moves 8 bytes per element where these move 12-20.
+    # The native fp16 all_reduce's sum over the ranks of a host (compress::low_precision_sum_cpu): 2-8
+    # sources read in one loop; "copy" moves 8 bytes per element where these move 12-36.
     "fp16 low-precision sum": {
         "fastcomm 2 sources": _low_precision_sum(2),
         "fastcomm 3 sources": _low_precision_sum(3),
         "fastcomm 4 sources": _low_precision_sum(4),
-        "torch 4 sources": (lambda b: _torch_low_precision_sum(b["sources"], b["out"]), lambda n, k: 20 * n),
+        "fastcomm 8 sources": _low_precision_sum(8),
+        "torch 4 sources": (lambda b: _torch_low_precision_sum(b["sources"][:4], b["out"]), lambda n, k: 20 * n),
     },
     "compression kernels": {
         "int8 quantize + EF": (lambda b: ops.compress_int8_quantize(b["g"], b["error"], 256, False, 0),

@@ -2,10 +2,11 @@
 csrc/kernels/cpu/low_precision_sum.cpp) against its definition in plain torch
 (fastcomm.hooks.reference.low_precision_all_reduce: scaled copies, a float32
 sum in source order, rounded once), for every instruction-set level this CPU
-runs: every source dtype and wire dtype, with and without a limit, 1-5 sources
-(1 and 5 block by block, 2-4 in one fused loop each), lengths around the vector
-widths and the 1024-element blocks, values of every magnitude (clamped ones,
-inf, NaN); per-source clamp counts; the output aliasing a source."""
+runs: every source dtype and wire dtype, with and without a limit, 1-5, 8 and 9
+sources (2-8 take one fused loop each, 1 and 9 go block by block), lengths
+around the vector widths and the 1024-element blocks, values of every magnitude
+(clamped ones, inf, NaN); per-source clamp counts; the output aliasing a
+source."""
 import pytest
 import torch
 
@@ -40,7 +41,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("wire", sorted(WIRES))
 @pytest.mark.parametrize("limit", [float("inf"), 32752.0, 2.0])
 def test_matches_definition(isa, dtype, wire, limit):
-    for n in (1, 2, 3, 4, 5):
+    for n in (1, 2, 3, 4, 5, 8, 9):
         for count in COUNTS:
             sources = _sources(n, count, dtype, seed=n * 10_000 + count)
             scale = 1.0 / n
@@ -75,7 +76,7 @@ def test_levels_agree_bitwise_nan_included(wire):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_output_may_be_a_source(isa, dtype):
-    for n in (2, 3, 4, 5):  # two to four sources take one fused loop each, five the blocks
+    for n in (2, 3, 5, 8, 9):  # two to eight sources take one fused loop each, nine the blocks
         for at in range(n):
             sources = _sources(n, 3001, dtype, seed=at)
             want, counts = reference.low_precision_all_reduce(sources, torch.float16, 1 / n, 32752.0)

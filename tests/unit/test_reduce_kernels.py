@@ -57,7 +57,7 @@ def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
     if op.startswith("b") and dtype.is_floating_point:
         pytest.skip("bitwise ops are for integer types")
     generator = torch.Generator().manual_seed(hash((str(dtype), op)) % 1000)
-    for n in (1, 2, 3, 4, 5):  # 2-4: the one-pass loop (reduce_direct), 5: the accumulator
+    for n in range(1, 10):  # 2-8: the one-pass loop (reduce_direct), 9: the accumulator
         for count in COUNTS:
             sources = _sources(dtype, n, count, op, generator)
             out = torch.empty(count, dtype=dtype)
@@ -67,8 +67,8 @@ def test_reduce_matches_sequential_reference_bitwise(isa, dtype, op):
 
 def test_output_may_alias_a_source(isa):
     """dst == a source, element for element (two-shot and single copy reduce in place), for
-    each way of reducing: 2, 3, 4 sources one pass, 5 the accumulator, min/max too."""
-    for n in (2, 3, 4, 5):
+    each way of reducing: 2-8 sources one pass, 9 the accumulator, min/max too."""
+    for n in (2, 3, 4, 5, 8, 9):
         for op, dtype in (("sum", torch.float32), ("max", torch.float32), ("sum", torch.bfloat16), ("max", torch.int64)):
             a = torch.arange(1025).to(dtype)
             others = [torch.full((1025,), 0.5 + k).to(dtype) for k in range(n - 1)]

@@ -195,7 +195,7 @@ inline __attribute__((always_inline)) void sum_fused(const float* const* srcs, f
   int64_t counts[N] = {};
   for (int64_t j = 0; j < len; j += L::kWidth) {
     Vec sum = through_wire<L, kHalf, kClamp>(L::load(srcs[0] + j), s, bound, biggest, counts[0]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int q = 1; q < N; ++q) {
       sum = L::add(sum, through_wire<L, kHalf, kClamp>(L::load(srcs[q] + j), s, bound, biggest, counts[q]));
     }
@@ -204,40 +204,47 @@ inline __attribute__((always_inline)) void sum_fused(const float* const* srcs, f
   for (int q = 0; q < N; ++q) clamped[q] += counts[q];
 }
 
-// Two to four sources (ranks of a host) in one loop (sum_fused: reading the
-// sources block by block started every 4 KiB page of each source cold, 14
-// against 26 GB/s for 3 sources against 2 from memory); one, or more than
-// four, block by block (the running sum stays in L1), source by source in rank
-// order. The tail that fills no whole vector goes through the composed path.
-// dst may be a source: each vector (block) of it is stored after every source
-// has read it.
+// One source, or more than sum_float_lanes fuses: block by block (the running
+// sum stays in L1), source by source in rank order.
+template <typename L, bool kHalf, bool kClamp>
+inline __attribute__((always_inline)) void sum_blocks(const float* const* srcs, int n, float scale, float limit,
+                                                      float* dst, int64_t whole, int64_t* clamped) {
+  constexpr int64_t kBlock = 1024;  // floats of running sum (4 KiB)
+  alignas(64) float acc[kBlock];
+  for (int64_t i = 0; i < whole; i += kBlock) {
+    const int64_t len = std::min(kBlock, whole - i);
+    if (n == 1) {
+      clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
+      continue;
+    }
+    clamped[0] += add_source_block<L, kHalf, kClamp, true, false>(srcs[0] + i, scale, limit, acc, dst + i, len);
+    for (int q = 1; q + 1 < n; ++q) {
+      clamped[q] += add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
+    }
+    clamped[n - 1] +=
+        add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
+  }
+}
+
+// Two to eight sources (ranks of a host) in one loop (sum_fused: block by
+// block read every 4 KiB page of each source cold, one source at a time: 14
+// against 26 GB/s for 3 sources against 2 from memory); others block by block
+// (sum_blocks), as reduce.cpp's float32 sum. The tail that fills no whole
+// vector goes through the composed path. dst may be a source: each vector
+// (block) of it is stored after every source has read it.
 template <typename L, bool kHalf, bool kClamp>
 inline __attribute__((always_inline)) void sum_float_lanes(const float* const* srcs, int n, float scale, float limit,
                                                            float* dst, int64_t count, int64_t* clamped) {
-  constexpr int64_t kBlock = 1024;  // floats of running sum (4 KiB)
-  alignas(64) float acc[kBlock];
   const int64_t whole = count / L::kWidth * L::kWidth;
-  if (n == 2) {
-    sum_fused<L, kHalf, kClamp, 2>(srcs, scale, limit, dst, whole, clamped);
-  } else if (n == 3) {
-    sum_fused<L, kHalf, kClamp, 3>(srcs, scale, limit, dst, whole, clamped);
-  } else if (n == 4) {
-    sum_fused<L, kHalf, kClamp, 4>(srcs, scale, limit, dst, whole, clamped);
-  } else {
-    for (int64_t i = 0; i < whole; i += kBlock) {
-      const int64_t len = std::min(kBlock, whole - i);
-      if (n == 1) {
-        clamped[0] += add_source_block<L, kHalf, kClamp, true, true>(srcs[0] + i, scale, limit, acc, dst + i, len);
-        continue;
-      }
-      clamped[0] += add_source_block<L, kHalf, kClamp, true, false>(srcs[0] + i, scale, limit, acc, dst + i, len);
-      for (int q = 1; q + 1 < n; ++q) {
-        clamped[q] +=
-            add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
-      }
-      clamped[n - 1] +=
-          add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
-    }
+  switch (n) {
+    case 2: sum_fused<L, kHalf, kClamp, 2>(srcs, scale, limit, dst, whole, clamped); break;
+    case 3: sum_fused<L, kHalf, kClamp, 3>(srcs, scale, limit, dst, whole, clamped); break;
+    case 4: sum_fused<L, kHalf, kClamp, 4>(srcs, scale, limit, dst, whole, clamped); break;
+    case 5: sum_fused<L, kHalf, kClamp, 5>(srcs, scale, limit, dst, whole, clamped); break;
+    case 6: sum_fused<L, kHalf, kClamp, 6>(srcs, scale, limit, dst, whole, clamped); break;
+    case 7: sum_fused<L, kHalf, kClamp, 7>(srcs, scale, limit, dst, whole, clamped); break;
+    case 8: sum_fused<L, kHalf, kClamp, 8>(srcs, scale, limit, dst, whole, clamped); break;
+    default: sum_blocks<L, kHalf, kClamp>(srcs, n, scale, limit, dst, whole, clamped); break;
   }
   if (whole < count) {
     std::vector<const void*> tails(n);

@@ -121,11 +121,12 @@ struct BitXorOp {
   }
 };
 
-// Two to four sources: one pass that loads each element of every source,
+// Two to eight sources: one pass that loads each element of every source,
 // folds them in source order and stores the result once. In L2 it runs 30%
 // faster than the accumulator below (2 sources of 512 KiB: 10 against 14 us),
-// beyond L2 the same; a 2-rank all_reduce 8-17% faster at 1-64 MiB
-// (docs/algorithms.md "Reduction loops"). ivdep: dst may be one of the
+// a 2-rank all_reduce 8-17% faster at 1-64 MiB; from memory 5-8 sources 1.5-2x
+// faster (the accumulator reads each 4 KiB page of every source cold, one
+// source at a time; docs/algorithms.md "Reduction loops"). ivdep: dst may be one of the
 // sources, element for element, which carries nothing from one iteration to
 // the next; without it GCC vectorizes only behind an overlap test that fails
 // in exactly that case.
@@ -155,7 +156,7 @@ constexpr int direct_max_sources() {
   } else if constexpr ((std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>) && !std::is_integral_v<A>) {
     return std::is_same_v<typename Conv::Stored, A> ? 2 : 0;
   } else {
-    return 4;
+    return 8;
   }
 }
 
@@ -170,9 +171,16 @@ FASTCOMM_INLINE void reduce_loop(const void* const* srcs, int n, void* dst, int6
   if constexpr (kDirect >= 2) {
     if (n == 2) return reduce_direct<Conv, Op, 2>(srcs, dst, count);
   }
-  if constexpr (kDirect >= 4) {
-    if (n == 3) return reduce_direct<Conv, Op, 3>(srcs, dst, count);
-    if (n == 4) return reduce_direct<Conv, Op, 4>(srcs, dst, count);
+  if constexpr (kDirect >= 8) {
+    switch (n) {
+      case 3: return reduce_direct<Conv, Op, 3>(srcs, dst, count);
+      case 4: return reduce_direct<Conv, Op, 4>(srcs, dst, count);
+      case 5: return reduce_direct<Conv, Op, 5>(srcs, dst, count);
+      case 6: return reduce_direct<Conv, Op, 6>(srcs, dst, count);
+      case 7: return reduce_direct<Conv, Op, 7>(srcs, dst, count);
+      case 8: return reduce_direct<Conv, Op, 8>(srcs, dst, count);
+      default: break;
+    }
   }
   constexpr int64_t kBlock = 1024;
   A acc[kBlock];
