@@ -23,11 +23,12 @@ library / fastcomm (> 1: fastcomm faster); a second table gives the means
 (what a loop of ops costs per op, long stalls included: under a background
 load a library can have a short median and a long mean); a third the 90th
 percentiles (the slow tail) with the round-to-round spread (the slowest
-round's median / the fastest round's); a last one sets fastcomm's round-to-round
-spread beside the steadiest peer's, as that ratio and in time. A round is --iters samples per size;
-with --round-ms T every library takes more until each size's round lasts
-about T ms (rounds.py): equal time instead of equal count, so a fast
-library's round spans as much of the machine's own variation as a slow one's.
+round's median / the fastest round's); a last one sets fastcomm's
+round-to-round spread beside the steadiest peer's, as that ratio and in time.
+A round is --iters samples per size; with --round-ms T every library takes
+more until each size's round lasts about T ms (rounds.py): equal time instead
+of equal count, so a fast library's round spans as much of the machine's own
+variation as a slow one's.
 --fixed-layout runs every job without address-space randomization: where
 ranks outnumber CPUs a job's time follows its processes' layout (docs/
 shm_benchmarks.md "Between jobs"); a diagnosis, not how users run.

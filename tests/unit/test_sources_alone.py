@@ -80,7 +80,8 @@ def parse_alone(tmp_path_factory):
                               capture_output=True, text=True)
         return done.returncode == 0, done.stderr
 
-    return parse
+    yield parse
+    pathlib.Path(f"{header}.gch").unlink()  # ~400 MB; pytest keeps its last temporary folders
 
 
 def test_each_unity_file_compiles_alone(parse_alone):

@@ -126,10 +126,10 @@ struct BitXorOp {
 // faster than the accumulator below (2 sources of 512 KiB: 10 against 14 us),
 // a 2-rank all_reduce 8-17% faster at 1-64 MiB; from memory 5-8 sources 1.5-2x
 // faster (the accumulator reads each 4 KiB page of every source cold, one
-// source at a time; docs/algorithms.md "Reduction loops"). ivdep: dst may be one of the
-// sources, element for element, which carries nothing from one iteration to
-// the next; without it GCC vectorizes only behind an overlap test that fails
-// in exactly that case.
+// source at a time; docs/algorithms.md "Reduction loops"). ivdep: dst may be
+// one of the sources, element for element, which carries nothing from one
+// iteration to the next; without it GCC vectorizes only behind an overlap
+// test that fails in exactly that case.
 template <typename Conv, typename Op, int N>
 FASTCOMM_INLINE void reduce_direct(const void* const* srcs, void* dst, int64_t count) {
   using S = typename Conv::Stored;
