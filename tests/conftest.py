@@ -89,6 +89,24 @@ def ranks_no_allgather():
     return _pool(2, (("FASTCOMM_SHM", "0"), ("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0")))
 
 
+@pytest.fixture(scope="module")
+def module_pool_of():
+    """module_pool_of(world_size, env) -> the RankPool for them (remade when a check
+    breaks it, as every pool here), closed when the test module ends: for pools
+    too big to keep for the whole session (8 ranks hold ~3 GB)."""
+    keys = set()
+
+    def get(world_size: int, env: tuple = ()) -> RankPool:
+        keys.add((world_size, env))
+        return _pool(world_size, env)
+
+    yield get
+    for key in keys:
+        pool = _pools.pop(key, None)
+        if pool is not None:
+            pool.close()
+
+
 def pytest_sessionfinish(session, exitstatus):
     for pool in _pools.values():
         pool.close()

@@ -3,13 +3,12 @@ sources in one pass (kernels/cpu/reduce.cpp's reduce_direct, the low-precision
 sum's fused loop; 2-4 ranks never reach those instances), checked exact against
 the references through every path that reduces: one-shot, two-shot and
 reduce_scatter through the segment, the arena read in place, the native
-low-precision all_reduce through the segment and on arena tensors. One pool
-for this module, closed at its end (eight ranks hold ~3 GB)."""
+low-precision all_reduce through the segment and on arena tensors. The pool
+is closed when this module ends (module_pool_of in tests/conftest.py)."""
 import checks_arena
 import checks_collectives
 import checks_low_precision
 import pytest
-from harness import RankPool
 
 CHECKS = [
     checks_collectives.all_reduce,
@@ -22,21 +21,6 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def eight_ranks():
-    """eight_ranks() -> the module's 8-rank pool (a new one after a failure)."""
-    pools = []
-
-    def current() -> RankPool:
-        if not pools or pools[-1].broken:
-            pools.append(RankPool(8))
-        return pools[-1]
-
-    yield current
-    for pool in pools:
-        pool.close()
-
-
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: f"{c.__module__}.{c.__name__}")
-def test_eight_ranks(eight_ranks, check):
-    eight_ranks().run(check, timeout=300)
+def test_eight_ranks(module_pool_of, check):
+    module_pool_of(8).run(check, timeout=300)
