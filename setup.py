@@ -59,6 +59,9 @@ def _sources(pattern: str) -> list[str]:
 # (what an IDE sees); tests/unit/test_sources_alone.py parses each such file
 # alone, so a file that relies on its neighbours' includes fails the tests.
 UNITY_LAYERS = ("core", "ops", "algorithms", "backend", "bindings")
+# The C++ compiler flags of every .cpp file (tests/unit/test_sources_alone.py
+# parses the files with them too).
+CXX_FLAGS = ("-O3", "-Wall", "-Wno-unused-parameter")
 
 
 def _unity(sources: list[str]) -> list[str]:
@@ -97,7 +100,7 @@ def _extension():
     cpu_sources = _unity(_sources("csrc/**/*.cpp"))
     # No -std flag: torch.utils.cpp_extension picks the standard its headers need
     # (C++20 for torch 2.13 and 2.14; tests/unit/test_sources_alone.py assumes the same).
-    cxx_flags = ["-O3", "-Wall", "-Wno-unused-parameter"]
+    cxx_flags = list(CXX_FLAGS)
     include_dirs = [os.path.join(ROOT, "csrc")]
     if not with_cuda:
         return cpp_extension.CppExtension(

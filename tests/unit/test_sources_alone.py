@@ -45,22 +45,22 @@ pytestmark = [
 ]
 
 
-def _unity_layers() -> tuple[str, ...]:
-    """setup.py's UNITY_LAYERS (setup.py cannot be imported: it runs setup())."""
+def _setup_constant(name: str):
+    """A module-level constant of setup.py (which cannot be imported: it runs setup())."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "UNITY_LAYERS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
-    raise AssertionError("setup.py no longer defines UNITY_LAYERS")
+    raise AssertionError(f"setup.py no longer defines {name}")
 
 
 def _flags() -> list[str]:
-    # The build's language and warning flags (setup.py's cxx_flags less -O3, and
-    # the -std and defines torch's cpp_extension adds: C++20 for torch 2.13 and 2.14).
+    # The build's flags: setup.py's CXX_FLAGS, and the -std and defines torch's
+    # cpp_extension adds (C++20 for torch 2.13 and 2.14).
     from torch.utils import cpp_extension
 
     includes = [str(ROOT / "csrc"), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    return ["-std=c++20", "-Wall", "-Wno-unused-parameter", "-DTORCH_API_INCLUDE_EXTENSION_H",
+    return ["-std=c++20", *_setup_constant("CXX_FLAGS"), "-DTORCH_API_INCLUDE_EXTENSION_H",
             "-DTORCH_EXTENSION_NAME=_C", *(f"-I{p}" for p in includes)]
 
 
@@ -85,7 +85,7 @@ def parse_alone(tmp_path_factory):
 
 
 def test_each_unity_file_compiles_alone(parse_alone):
-    layers = _unity_layers()
+    layers = _setup_constant("UNITY_LAYERS")
     files = sorted(p for layer in layers for p in (ROOT / "csrc" / layer).glob("*.cpp"))
     assert len(files) > 40, files  # the five layers' files, not an empty glob
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
