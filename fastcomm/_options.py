@@ -44,12 +44,13 @@ class Options:
     # from 48 MiB); resolve_single_copy_max_bytes.
     shm_allreduce_single_copy_max_bytes: int = -1
     # A rank's own ordinary tensor of at least this many bytes that comes to a
-    # single-copy all_reduce a second time (same address and length) has the
-    # whole 2 MiB blocks inside it moved into transparent huge pages first
-    # (madvise MADV_COLLAPSE, once per tensor): the kernel then pins 512x fewer
-    # pages when peers read and write it. 2 ranks: 4 MiB 1.04x, 16 MiB 1.12x,
-    # 32 MiB 1.21x faster. 0: never. Measured: docs/algorithms.md "Huge pages
-    # for reused tensors"; transport/shm/huge_pages.h.
+    # single-copy all_reduce a second time (same address and length), or is
+    # sent single copy a second time, has the whole 2 MiB blocks inside it
+    # moved into transparent huge pages first (madvise MADV_COLLAPSE, once per
+    # tensor): the kernel then pins 512x fewer pages when peers read and write
+    # it. 2 ranks: all_reduce 4 MiB 1.04x, 16 MiB 1.12x, 32 MiB 1.21x faster;
+    # sendrecv 64 MiB 1.2x. 0: never. Measured: docs/algorithms.md "Huge pages
+    # for reused tensors", "Point-to-point on one host"; transport/shm/huge_pages.h.
     shm_huge_pages_min_bytes: int = 4 << 20
     # The fp16/bf16 hooks' low-precision all_reduce of an arena tensor (DDP's
     # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads and

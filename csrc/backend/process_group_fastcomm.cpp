@@ -84,7 +84,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_barrier_shm(topology));
     if (size > 1) {
       p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine,
-                                                 static_cast<size_t>(config_.p2p_single_copy_bytes));
+                                                 static_cast<size_t>(config_.p2p_single_copy_bytes),
+                                                 static_cast<size_t>(config_.shm_huge_pages_min_bytes));
       dispatcher_.add(make_p2p_shm(topology, p2p_));
     }
   }

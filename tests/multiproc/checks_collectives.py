@@ -2,13 +2,12 @@
 against an exact reference, for every dtype and reduce op fastcomm supports."""
 from __future__ import annotations
 
-import mmap
-
 import torch
 import torch.distributed as dist
 
 import fastcomm
 
+from memory_maps import anon_huge_bytes_around, float_tensor_in_own_mapping
 from reference import DTYPES, R, assert_equal, ops_for, rank_input, reduce_reference
 
 SHAPES = [(5,), (2, 3), ()]
@@ -165,20 +164,6 @@ def large_all_reduce_single_copy(rank, world_size):
     assert used("allreduce_shm_single_copy") == before + calls
 
 
-def _anon_huge_bytes_around(address: int) -> int:
-    """AnonHugePages of the mapping of this process that holds `address`, in bytes."""
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                start, end = (int(x, 16) for x in head.split("-"))
-                inside = start <= address < end
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no mapping holds {address:#x}")
-
-
 def reused_tensors_move_into_huge_pages(rank, world_size):
     """A rank's own tensor of at least shm_huge_pages_min_bytes that comes to a
     single-copy all_reduce a second time has the whole 2 MiB blocks inside it
@@ -199,12 +184,8 @@ def reused_tensors_move_into_huge_pages(rank, world_size):
     counts = fastcomm._C.huge_page_counts
     expected = reduce_reference([rank_input(r, (numel,), torch.float32) for r in range(world_size)], R.SUM,
                                 torch.float32)
-    # in a mapping of its own (private, anonymous, as the allocator's large blocks), so its huge pages
-    # are what the op moved: heap memory may already hold some a freed tensor left
-    memory = mmap.mmap(-1, numel * 4 + (4 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    t = torch.frombuffer(memory, dtype=torch.float32, offset=4096 + 64, count=numel)
+    memory, t, blocks = float_tensor_in_own_mapping(numel, 4096 + 64)
     address = t.data_ptr()
-    blocks = ((address + t.nbytes) >> 21) - ((address + (2 << 20) - 1) >> 21)
     once = rank_input(rank, (numel,), torch.float32)
     small = rank_input(rank, (config.shm_huge_pages_min_bytes // 4 - 1,), torch.float32)
     small_expected = reduce_reference([rank_input(r, small.shape, torch.float32) for r in range(world_size)], R.SUM,
@@ -222,7 +203,7 @@ def reused_tensors_move_into_huge_pages(rank, world_size):
         t.copy_(rank_input(rank, (numel,), torch.float32))
         dist.all_reduce(t)
         results.append((t.clone(), expected, f"{step} all_reduce of the reused tensor"))
-        huge[step] = (counts(), _anon_huge_bytes_around(address))
+        huge[step] = (counts(), anon_huge_bytes_around(address))
     for actual, wanted, what in results:
         assert_equal(actual, wanted, what)
     assert used() == ops + 6, backend.algorithm_counts()

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import fastcomm
 
+from memory_maps import anon_huge_bytes_around, float_tensor_in_own_mapping
 from reference import assert_equal
 
 CHUNK_BYTES = 128 * 1024 - 64
@@ -189,6 +190,57 @@ def single_copy_counts(rank, world_size):
     assert after["sent"] - before["sent"] == 3, (before, after)
     assert after["sent_single_copy"] - before["sent_single_copy"] == 2, (before, after)
     assert after["single_copy_refused"] == 0, after
+
+
+def reused_sends_move_into_huge_pages(rank, world_size):
+    """A send buffer of at least shm_huge_pages_min_bytes read in one copy that
+    comes back a second time has the whole 2 MiB blocks inside it moved into
+    huge pages (transport/shm/huge_pages.h, as all_reduce's single copy), once;
+    receive buffers and buffers under the minimum are left alone. Every message
+    arrives exact; every rank sends and receives everything before any verdict
+    (a rank that stopped early would hang its peers)."""
+    backend = fastcomm.fastcomm_backend()
+    config = backend.config
+    if not _shm_p2p(world_size) or config.p2p_single_copy_bytes == 0 or config.shm_huge_pages_min_bytes == 0:
+        return
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    # a length no other check uses: the huge-page move remembers buffers by address and length
+    numel = max(config.shm_huge_pages_min_bytes, 6 << 20, config.p2p_single_copy_bytes) // 4 + 11
+    small_numel = max(config.shm_huge_pages_min_bytes // 4 - 1, config.p2p_single_copy_bytes // 4)
+    counts = fastcomm._C.huge_page_counts
+    memory, send, blocks = float_tensor_in_own_mapping(numel, 8192 + 128)
+    got = torch.zeros(numel)
+    small, small_got = torch.zeros(small_numel), torch.zeros(small_numel)
+    before = counts()
+    results, huge = [], {}
+
+    def exchange(out, into, salt, what):
+        out.copy_(_message(rank, nxt, out.numel(), torch.float32, salt))
+        for req in [dist.isend(out, dst=nxt), dist.irecv(into, src=prv)]:
+            req.wait()
+        results.append((into.clone(), _message(prv, rank, into.numel(), torch.float32, salt), what))
+
+    if small_numel * 4 < config.shm_huge_pages_min_bytes:
+        for salt in range(2):
+            exchange(small, small_got, salt, "a message under the huge-page minimum")
+    single_copies = backend.p2p_stats()["sent_single_copy"]
+    for salt, step in enumerate(("first", "second", "third")):  # the second time: moved; the third: nothing more
+        exchange(send, got, salt, f"{step} send of the reused buffer")
+        huge[step] = (counts(), anon_huge_bytes_around(send.data_ptr()))
+    single_copies = backend.p2p_stats()["sent_single_copy"] - single_copies
+    for actual, wanted, what in results:
+        assert_equal(actual, wanted, what)
+    assert single_copies == 3, single_copies
+    assert huge["first"] == (before, 0), (before, huge)
+    after, send_huge = huge["second"]
+    # one buffer more: the send buffer, not the receive buffer of the same length
+    assert after["collapsed_buffers"] + after["refused_buffers"] == before["collapsed_buffers"] + before["refused_buffers"] + 1, (before, after)
+    if after["refused_buffers"] == before["refused_buffers"]:  # the kernel moved it (Linux 6.1 and later)
+        assert after["collapsed_bytes"] - before["collapsed_bytes"] == blocks << 21, (blocks, before, after)
+        assert send_huge == blocks << 21, (blocks, send_huge)
+    assert huge["third"] == huge["second"], huge
+    del send
+    memory.close()
 
 
 _subgroups: dict[int, object] = {}

@@ -26,3 +26,7 @@ def test_p2p_ring_only(pool_of, check):
 
 def test_single_copy_path(ranks2):
     ranks2.run(checks.single_copy_counts)
+
+
+def test_reused_sends_move_into_huge_pages(ranks2):
+    ranks2.run(checks.reused_sends_move_into_huge_pages)

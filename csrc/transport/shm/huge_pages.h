@@ -14,8 +14,10 @@
 //
 // The move costs about 0.5 ms per 2 MiB (the kernel copies the block), so it
 // is done for a buffer that comes back, not for a one-off: the second time the
-// same buffer (address and length) comes to a single-copy op, before its
-// address is published (no peer reads it meanwhile). Each buffer is moved at
+// same buffer (address and length) comes to a single-copy op (all_reduce's,
+// or a point-to-point send's), before its address is published (no peer reads
+// it meanwhile; a send buffer sent to two peers at once may be read while it
+// moves: p2p_channels.cpp says why that is safe). Each buffer is moved at
 // most once (a buffer freed and allocated again at the same address keeps the
 // pages it gets), at most kMaxCollapsedBuffers in the process's life. Contents
 // do not change (the kernel copies them), nor does memory use: only blocks

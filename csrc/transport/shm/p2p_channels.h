@@ -111,8 +111,9 @@ class P2pOp {
 
 class P2pChannels {
  public:
-  // Messages of at least `single_copy_bytes` (0: none) are read by the receiver from the sender's memory.
-  P2pChannels(std::shared_ptr<Engine> engine, size_t single_copy_bytes);
+  // Messages of at least `single_copy_bytes` (0: none) are read by the receiver from the sender's memory;
+  // send buffers of those from `huge_pages_min_bytes` (0: none) that come back go into huge pages (huge_pages.h).
+  P2pChannels(std::shared_ptr<Engine> engine, size_t single_copy_bytes, size_t huge_pages_min_bytes);
   ~P2pChannels();
   P2pChannels(const P2pChannels&) = delete;
   P2pChannels& operator=(const P2pChannels&) = delete;
@@ -197,6 +198,7 @@ class P2pChannels {
   const bool spin_;
   const bool check_pids_;
   const size_t single_copy_bytes_;
+  const size_t huge_pages_min_bytes_;
   Stats stats_;  // guarded by mutex_
 
   std::mutex mutex_;
