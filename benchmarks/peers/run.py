@@ -172,26 +172,42 @@ def _round_to_round_time(values: list[float], lengths: list[int]) -> float:
     return max(medians) - min(medians)
 
 
+def _place(value: dict[str, float], lib: str = "fastcomm") -> int:
+    """lib's place among all libraries by `value` (1: the smallest; ties share the better place)."""
+    return 1 + sum(v < value[lib] for other, v in value.items() if other != lib)
+
+
 def _spread_table(samples, lengths, libraries, sizes) -> None:
     """Issue 14's spread goal per size: fastcomm's round-to-round spread beside
     the steadiest peer's, as a ratio and in time ('<=': no larger than every
-    peer's). A ratio favours a slow library (the same stall is a smaller part
-    of a longer op); a time favours a fast one: both are shown."""
+    peer's), and fastcomm's place among all libraries by each. A ratio favours
+    a slow library (the same stall is a smaller part of a longer op); a time
+    favours a fast one: both are shown. The last line gives fastcomm's mean
+    place over the sizes: a library no steadier and no less steady than the
+    others would average (N + 1) / 2 of N libraries, and be the steadiest at
+    one size in N (docs/shm_benchmarks.md "Places, not the minimum")."""
     peers = [lib for lib in libraries if lib != "fastcomm"]
     if "fastcomm" not in libraries or not peers:
         return
+    n = len(libraries)
     print("# round-to-round spread, fastcomm against the steadiest peer: ratio (slowest round's median / fastest "
-          "round's) and time (slowest - fastest, us); '<=' where fastcomm's is no larger than every peer's")
-    print(f"{'bytes':>10} {'fastcomm ratio':>16} {'steadiest peer ratio':>28} {'fastcomm us':>14} "
-          f"{'steadiest peer us':>28}")
+          "round's) and time (slowest - fastest, us); '<=' where fastcomm's is no larger than every peer's; "
+          f"place: fastcomm's among the {n} libraries (1: steadiest)")
+    print(f"{'bytes':>10} {'fastcomm ratio':>16} {'place':>6} {'steadiest peer ratio':>28} {'fastcomm us':>14} "
+          f"{'place':>6} {'steadiest peer us':>28}")
+    places: list[list[int]] = [[], []]
     for size in sizes:
         cells = []
-        for spread, scale, digits in ((_round_to_round, 1.0, 2), (_round_to_round_time, 1e6, 1)):
+        for k, (spread, scale, digits) in enumerate(((_round_to_round, 1.0, 2), (_round_to_round_time, 1e6, 1))):
             value = {lib: spread(samples[lib][size], lengths[lib][size]) * scale for lib in libraries}
             steadiest = min(peers, key=value.get)
             mark = "<= " if value["fastcomm"] <= value[steadiest] else ""
-            cells += [f"{mark}{value['fastcomm']:.{digits}f}", f"{steadiest} {value[steadiest]:.{digits}f}"]
-        print(f"{size:>10} {cells[0]:>16} {cells[1]:>28} {cells[2]:>14} {cells[3]:>28}")
+            places[k].append(_place(value))
+            cells += [f"{mark}{value['fastcomm']:.{digits}f}", f"{places[k][-1]}/{n}",
+                      f"{steadiest} {value[steadiest]:.{digits}f}"]
+        print(f"{size:>10} {cells[0]:>16} {cells[1]:>6} {cells[2]:>28} {cells[3]:>14} {cells[4]:>6} {cells[5]:>28}")
+    print(f"# fastcomm's mean place: {statistics.mean(places[0]):.2f} by ratio, {statistics.mean(places[1]):.2f} in "
+          f"time (a library like the others: {(n + 1) / 2:.1f})")
 
 
 def _table(samples, libraries, sizes, statistic, spread=None, lengths=None, digits: int = 1) -> None:

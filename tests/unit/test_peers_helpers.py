@@ -67,5 +67,11 @@ def test_spread_table_names_the_steadiest_peer_by_each_measure(capsys):
     samples = {"fastcomm": {8: us(2, 5)}, "gloo": {8: us(10, 20)}, "mpich": {8: us(100, 300)}}
     lengths = {lib: {8: [1, 1]} for lib in samples}
     run._spread_table(samples, lengths, ["fastcomm", "gloo", "mpich"], [8])
-    row = capsys.readouterr().out.splitlines()[-1].split()
-    assert row == ["8", "2.50", "gloo", "2.00", "<=", "3.0", "gloo", "10.0"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split() == ["8", "2.50", "2/3", "gloo", "2.00", "<=", "3.0", "1/3", "gloo", "10.0"]
+    assert lines[-1] == "# fastcomm's mean place: 2.00 by ratio, 1.00 in time (a library like the others: 2.0)"
+
+
+def test_place_counts_the_strictly_steadier():
+    assert run._place({"fastcomm": 1.1, "a": 1.0, "b": 1.1, "c": 1.3}) == 2
+    assert run._place({"fastcomm": 0.9, "a": 1.0}) == 1
