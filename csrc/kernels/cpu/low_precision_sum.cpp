@@ -27,6 +27,7 @@
 #include <c10/util/Exception.h>
 
 #include "kernels/cpu/compress_cpu.h"
+#include "kernels/cpu/float_lanes.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 
@@ -66,78 +67,11 @@ void sum_composed(const void* const* srcs, int n, c10::ScalarType dtype, c10::Sc
 // vector arguments never cross a call whose ABI would differ.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-// float32 -> wire -> float32 per lane, rounding as float_to_half_v3 and
-// float_to_bfloat16_bits do (nearest even; bfloat16 NaN -> 0x7FC0), and the
-// clamp of copy_scaled: finite values beyond +-limit become +-limit, inf and
-// NaN pass. One loop per vector width; kClamp false when the limit is inf.
-
-// x86-64-v3: 8 lanes (AVX2 + F16C).
-struct Lanes8 {
-  using Vec = __m256;
-  using Mask = __m256;
-  static constexpr int kWidth = 8;
-  __attribute__((target("arch=x86-64-v3"))) static Vec load(const float* p) { return _mm256_loadu_ps(p); }
-  __attribute__((target("arch=x86-64-v3"))) static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec splat(float v) { return _mm256_set1_ps(v); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-  __attribute__((target("arch=x86-64-v3"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
-    const Vec mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
-    return _mm256_and_ps(_mm256_cmp_ps(mag, bound, _CMP_GT_OQ), _mm256_cmp_ps(mag, biggest, _CMP_LE_OQ));
-  }
-  __attribute__((target("arch=x86-64-v3"))) static Vec clamp(Vec v, Vec bound, Mask over) {
-    const Vec limited = _mm256_or_ps(bound, _mm256_and_ps(_mm256_set1_ps(-0.0f), v));
-    return _mm256_blendv_ps(v, limited, over);
-  }
-  __attribute__((target("arch=x86-64-v3"))) static int count(Mask over) {
-    return __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(over)));
-  }
-  __attribute__((target("arch=x86-64-v3"))) static Vec through_half(Vec v) {
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  }
-  __attribute__((target("arch=x86-64-v3"))) static Vec through_bfloat16(Vec v) {
-    const __m256i bits = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)),
-                                             _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    const Vec nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
-    return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-};
-
-// x86-64-v4: 16 lanes (AVX-512F), the comparisons in mask registers.
-struct Lanes16 {
-  using Vec = __m512;
-  using Mask = __mmask16;
-  static constexpr int kWidth = 16;
-  __attribute__((target("arch=x86-64-v4"))) static Vec load(const float* p) { return _mm512_loadu_ps(p); }
-  __attribute__((target("arch=x86-64-v4"))) static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec splat(float v) { return _mm512_set1_ps(v); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-  __attribute__((target("arch=x86-64-v4"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
-    const Vec mag = _mm512_abs_ps(v);
-    return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(mag, bound, _CMP_GT_OQ), mag, biggest, _CMP_LE_OQ);
-  }
-  __attribute__((target("arch=x86-64-v4"))) static Vec clamp(Vec v, Vec bound, Mask over) {
-    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-    return _mm512_mask_mov_ps(v, over, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(bound), sign)));
-  }
-  __attribute__((target("arch=x86-64-v4"))) static int count(Mask over) {
-    return __builtin_popcount(static_cast<unsigned>(over));
-  }
-  __attribute__((target("arch=x86-64-v4"))) static Vec through_half(Vec v) {
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  }
-  __attribute__((target("arch=x86-64-v4"))) static Vec through_bfloat16(Vec v) {
-    const __m512i bits = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)),
-                                             _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    const Vec nan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
-    return _mm512_mask_mov_ps(_mm512_castsi512_ps(rounded), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
-  }
-};
+// float32 -> wire -> float32 per lane with the clamp of copy_scaled (finite
+// values beyond +-limit become +-limit, inf and NaN pass): float_lanes.h, one
+// loop per vector width; kClamp false when the limit is inf.
+using kernels::Lanes16;
+using kernels::Lanes8;
 
 // A vector rounded to the wire dtype and widened again.
 template <typename L, bool kHalf>

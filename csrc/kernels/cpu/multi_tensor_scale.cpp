@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/compress_cpu.h"
 #include "kernels/cpu/compress_elements.h"
+#include "kernels/cpu/float_lanes.h"
 #include "kernels/cpu/half_conversions.h"
 #include "kernels/cpu/isa.h"
 
@@ -111,19 +112,17 @@ int64_t copy_baseline(const void* src, void* dst, int64_t count, double scale, d
 // the tail and every other pair of types go through copy_scaled.
 __attribute__((target("arch=x86-64-v3"))) int64_t float_to_half_v3(const float* src, _Float16* dst, int64_t count,
                                                                     float scale, float limit) {
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256 bound = _mm256_set1_ps(limit);
-  const __m256 biggest = _mm256_set1_ps(std::numeric_limits<float>::max());
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  using L = kernels::Lanes8;
+  const __m256 s = L::splat(scale);
+  const __m256 bound = L::splat(limit);
+  const __m256 biggest = L::splat(std::numeric_limits<float>::max());
   __m256i clamped = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(src + i), s);
-    const __m256 mag = _mm256_andnot_ps(sign_mask, v);
-    const __m256 over = _mm256_and_ps(_mm256_cmp_ps(mag, bound, _CMP_GT_OQ), _mm256_cmp_ps(mag, biggest, _CMP_LE_OQ));
-    const __m256 limited = _mm256_or_ps(bound, _mm256_and_ps(sign_mask, v));
-    const __m256 out = _mm256_blendv_ps(v, limited, over);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(out, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 v = L::mul(L::load(src + i), s);
+    const __m256 over = L::over_limit(v, bound, biggest);
+    const __m128i half = _mm256_cvtps_ph(L::clamp(v, bound, over), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), half);
     clamped = _mm256_sub_epi32(clamped, _mm256_castps_si256(over));  // over lanes are -1
   }
   alignas(32) int32_t lanes[8];
