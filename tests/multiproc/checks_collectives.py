@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 import fastcomm
 
-from memory_maps import anon_huge_bytes_around, float_tensor_in_own_mapping
+from memory_maps import anon_huge_bytes_around, assert_moved_on_second_use_only, float_tensor_in_own_mapping
 from reference import DTYPES, R, assert_equal, ops_for, rank_input, reduce_reference
 
 SHAPES = [(5,), (2, 3), ()]
@@ -207,13 +207,7 @@ def reused_tensors_move_into_huge_pages(rank, world_size):
     for actual, wanted, what in results:
         assert_equal(actual, wanted, what)
     assert used() == ops + 6, backend.algorithm_counts()
-    assert huge["first"] == (before, 0), (before, huge)
-    after, huge_bytes = huge["second"]
-    assert after["collapsed_buffers"] + after["refused_buffers"] == before["collapsed_buffers"] + before["refused_buffers"] + 1, (before, after)
-    if after["refused_buffers"] == before["refused_buffers"]:  # the kernel moved it (Linux 6.1 and later)
-        assert after["collapsed_bytes"] - before["collapsed_bytes"] == blocks << 21, (blocks, before, after)
-        assert huge_bytes == blocks << 21, (blocks, huge_bytes)
-    assert huge["third"] == huge["second"], huge
+    assert_moved_on_second_use_only(before, huge, blocks)
     del t
     memory.close()
 

@@ -32,3 +32,20 @@ def float_tensor_in_own_mapping(numel: int, offset: int) -> tuple[mmap.mmap, tor
     address = t.data_ptr()
     blocks = ((address + t.nbytes) >> 21) - ((address + (2 << 20) - 1) >> 21)
     return memory, t, blocks
+
+
+def assert_moved_on_second_use_only(before: dict, huge: dict, blocks: int) -> None:
+    """The huge-page move's contract for one reused buffer: `huge` maps "first",
+    "second", "third" use to (fastcomm._C.huge_page_counts(), the buffer's
+    mapping's huge bytes) right after it; `before` the counts before the first.
+    Nothing moves on the first use; on the second exactly one buffer is moved
+    or refused, and a move puts exactly the buffer's `blocks` whole 2 MiB blocks
+    into huge pages; the third changes nothing."""
+    assert huge["first"] == (before, 0), (before, huge)
+    after, huge_bytes = huge["second"]
+    moved_or_refused = lambda c: c["collapsed_buffers"] + c["refused_buffers"]  # noqa: E731
+    assert moved_or_refused(after) == moved_or_refused(before) + 1, (before, after)
+    if after["refused_buffers"] == before["refused_buffers"]:  # the kernel moved it (Linux 6.1 and later)
+        assert after["collapsed_bytes"] - before["collapsed_bytes"] == blocks << 21, (blocks, before, after)
+        assert huge_bytes == blocks << 21, (blocks, huge_bytes)
+    assert huge["third"] == huge["second"], huge
