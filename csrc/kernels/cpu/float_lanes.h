@@ -9,8 +9,8 @@
 // over), and through_half / through_bfloat16 (rounded to the wire dtype and
 // widened again: nearest even, as an F16C conversion and
 // half_conversions.h's float_to_bfloat16_bits; bfloat16 NaN -> 0x7FC0). Every
-// member carries its target: call them from functions compiled for it (or
-// after kernels/cpu/isa.h enabled it), where they inline.
+// member carries its target: call them only from functions compiled for that
+// target (picked at run time through kernels/cpu/isa.h), where they inline.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -11,14 +11,8 @@
 // perform the same float operations in the same order; everything else
 // (float64/float16/bfloat16 sources, other CPUs, a capped ISA) runs that
 // composition itself, a block at a time. tests/unit/test_low_precision_sum.py
-// checks every level against the definition in plain torch.
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define FASTCOMM_LOW_PRECISION_SUM_V3 1
-#else
-#define FASTCOMM_LOW_PRECISION_SUM_V3 0
-#endif
-
+// checks every level against the definition in plain torch. The vector loops
+// exist where float_lanes.h provides the lanes (FASTCOMM_HAS_FLOAT_LANES).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,7 +53,7 @@ void sum_composed(const void* const* srcs, int n, c10::ScalarType dtype, c10::Sc
   }
 }
 
-#if FASTCOMM_LOW_PRECISION_SUM_V3
+#if FASTCOMM_HAS_FLOAT_LANES
 // GCC 12's avx512fintrin.h leaves the pass-through operand of
 // _mm512_cvtps_ph/_mm512_cvtph_ps "undefined" on purpose, and warns about it.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -223,7 +217,7 @@ void low_precision_sum_cpu(const void* const* srcs, int n, c10::ScalarType dtype
   TORCH_CHECK(wire == c10::kHalf || wire == c10::kBFloat16,
               "fastcomm low_precision_sum: the wire dtype must be float16 or bfloat16, got ", wire);
   if (count <= 0) return;
-#if FASTCOMM_LOW_PRECISION_SUM_V3
+#if FASTCOMM_HAS_FLOAT_LANES
   // In float, as scaled_copy_cpu computes float32 -> float16/bfloat16 (the
   // scale and the limit rounded to float first; an inf limit clamps nothing).
   if (dtype == c10::kFloat) {
