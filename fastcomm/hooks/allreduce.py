@@ -4,11 +4,12 @@ math as torch's allreduce_hook (sum, then scale by 1/world_size in one pass)."""
 import torch
 import torch.distributed as dist
 
-from fastcomm.hooks.state import HookState
+from fastcomm.hooks.state import HookState, check_state
 
 
 def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: bucket = mean over the group of every rank's bucket."""
+    check_state("allreduce", state, HookState)
     state._count_bucket(bucket)
     return average(state, bucket)
 

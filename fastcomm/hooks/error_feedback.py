@@ -50,7 +50,8 @@ def gather_round(
     buffer = bucket.buffer()
     gathered, fut = state.all_gather(compress(buffer), bucket.index())
 
-    def finish(_: torch.futures.Future) -> torch.Tensor:
+    def finish(fut: torch.futures.Future) -> torch.Tensor:
+        fut.value()  # re-raises the collective's error (see HookState.all_reduce)
         decompress_sum(gathered, buffer)
         return buffer
 

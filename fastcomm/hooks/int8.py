@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from fastcomm.hooks import _options
 from fastcomm.hooks.error_feedback import ErrorFeedbackState, gather_round
+from fastcomm.hooks.state import check_state
 
 _ops = torch.ops.fastcomm
 
@@ -39,6 +40,7 @@ class Int8State(ErrorFeedbackState):
 
 def int8_hook(state: Int8State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, sent as int8 blocks."""
+    check_state("int8", state, Int8State)
     block = state.block_size
 
     def compress(buffer: torch.Tensor) -> torch.Tensor:

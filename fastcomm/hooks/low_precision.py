@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fastcomm.hooks.state import HookState
+from fastcomm.hooks.state import HookState, check_state
 
 _ops = torch.ops.fastcomm
 HALF_MAX = 65504.0
@@ -82,7 +82,12 @@ def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> to
     if backend is not None:
         state.wire_bytes += buffer.numel() * state.dtype.itemsize
         work = backend.all_reduce_low_precision(buffer, state.dtype, scale, limit, state.clamped_counter(buffer.device))
-        return work.get_future().then(lambda _: buffer)
+
+        def done(fut: torch.futures.Future) -> torch.Tensor:
+            fut.value()  # re-raises the collective's error (see HookState.all_reduce)
+            return buffer
+
+        return work.get_future().then(done)
     compressed = torch.empty(buffer.numel(), dtype=state.dtype, device=buffer.device)
     _ops.compress_multi_tensor_pack([buffer], compressed, scale, limit, state.clamped_counter(buffer.device))
 
@@ -93,15 +98,22 @@ def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> to
     return state.all_reduce(compressed).then(decompress)
 
 
+def _check_low_precision_state(hook: str, state: object, dtype: torch.dtype) -> None:
+    check_state(hook, state, LowPrecisionState)
+    if state.dtype != dtype:
+        raise TypeError(
+            f"fastcomm.hooks {hook}: the state is the {state.hook_name} hook's (dtype {state.dtype}); "
+            f"{hook}_hook needs LowPrecisionState(dtype={dtype})"
+        )
+
+
 def fp16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, sent as float16 (state.dtype must be float16)."""
-    if state.dtype != torch.float16:
-        raise ValueError(f"fastcomm.hooks fp16: the state's dtype is {state.dtype}, not torch.float16")
+    _check_low_precision_state("fp16", state, torch.float16)
     return _low_precision_hook(state, bucket)
 
 
 def bf16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, sent as bfloat16 (state.dtype must be bfloat16)."""
-    if state.dtype != torch.bfloat16:
-        raise ValueError(f"fastcomm.hooks bf16: the state's dtype is {state.dtype}, not torch.bfloat16")
+    _check_low_precision_state("bf16", state, torch.bfloat16)
     return _low_precision_hook(state, bucket)

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from fastcomm.hooks import _options
 from fastcomm.hooks.allreduce import average
-from fastcomm.hooks.state import HookState
+from fastcomm.hooks.state import HookState, check_state
 
 _ops = torch.ops.fastcomm
 
@@ -202,6 +202,7 @@ def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
 
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, matrices as rank-r PowerSGD approximations."""
+    check_state("powersgd", state, PowerSGDState)
     state._count_bucket(bucket)  # steps now counts this step too
     if state.steps <= state.start_step:
         return average(state, bucket)
@@ -253,6 +254,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         _ops.compress_multi_tensor_pack(uncompressed, tail, 1.0 / state.world_size, float("inf"))
 
     def compute_q(fut: torch.futures.Future) -> torch.Tensor:
+        fut.value()  # re-raises the collective's error (see HookState.all_reduce)
         if uncompressed:
             _ops.compress_multi_tensor_unpack(tail, uncompressed, 1.0)
         for g, m in zip(plan.groups, matrices):

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from fastcomm.hooks.error_feedback import ErrorFeedbackState, gather_round
+from fastcomm.hooks.state import check_state
 
 _ops = torch.ops.fastcomm
 
@@ -18,6 +19,7 @@ class SignState(ErrorFeedbackState):
 
 def sign_hook(state: SignState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the mean of every rank's scaled sign of its bucket."""
+    check_state("sign", state, SignState)
 
     def compress(buffer: torch.Tensor) -> torch.Tensor:
         return _ops.compress_sign(buffer, state.error_for(bucket))

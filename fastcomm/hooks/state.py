@@ -72,6 +72,11 @@ class HookState:
 
 
     # -- collectives, counted ---------------------------------------------------
+    # Contract of every callback a hook chains on a collective's future with
+    # then(): its first act is fut.value(). then() runs the callback even when
+    # the collective failed (a peer died or timed out), and reading the value
+    # re-raises the collective's error; a callback that skips it returns a bucket
+    # that was never averaged, and DDP's backward finishes as if all went well.
     def all_reduce(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Sum over the group; the future's value is [tensor]."""
         self.wire_bytes += tensor.numel() * tensor.element_size()
@@ -169,3 +174,16 @@ class HookState:
         state["_param_names"] = {}
         state["_step_params"] = set()
         return state
+
+
+def check_state(hook: str, state: object, expected: type[HookState]) -> None:
+    """Every hook's first act: TypeError, naming the hook, unless `state` is an
+    `expected`. torch's register_comm_hook accepts any state, so the hook's
+    first call (the first backward, before any collective) is the earliest
+    place a state of another hook, or no hook state at all, can be caught."""
+    if not isinstance(state, expected):
+        raise TypeError(
+            f"fastcomm.hooks {hook}: the state must be a fastcomm.hooks.{expected.__name__}, got "
+            f"{type(state).__module__}.{type(state).__qualname__} (fastcomm.hooks.register(ddp_model, {hook!r}) "
+            "makes the right one)"
+        )

@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from fastcomm.hooks import _options
 from fastcomm.hooks.error_feedback import ErrorFeedbackState, gather_round
+from fastcomm.hooks.state import check_state
 
 _ops = torch.ops.fastcomm
 
@@ -36,6 +37,7 @@ class TopKState(ErrorFeedbackState):
 
 def topk_hook(state: TopKState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the mean of every rank's top-k sparsified bucket."""
+    check_state("topk", state, TopKState)
 
     def compress(buffer: torch.Tensor) -> torch.Tensor:
         return _ops.compress_topk(buffer, state.error_for(bucket), state.k_for(buffer.numel()))
