@@ -24,10 +24,11 @@ def devices(options: Options) -> list:
 
 
 def make_gloo(store: dist.Store, prefix: str, rank: int, size: int, timeout: datetime.timedelta,
-              options: Options) -> dist.ProcessGroupGloo:
-    """A Gloo backend over `prefix` of `store`, with fastcomm's thread count and interfaces."""
+              options: Options, threads: int | None = None) -> dist.ProcessGroupGloo:
+    """A Gloo backend over `prefix` of `store`, with fastcomm's interfaces and
+    `threads` worker threads (default: FASTCOMM_GLOO_THREADS)."""
     gloo_options = dist.ProcessGroupGloo._Options()
     gloo_options._timeout = timeout
     gloo_options._devices = devices(options)
-    gloo_options._threads = options.gloo_threads
+    gloo_options._threads = threads if threads is not None else options.gloo_threads
     return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, gloo_options)

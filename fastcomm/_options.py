@@ -104,7 +104,39 @@ class Options:
     socket_ifname: str = ""
 
 
-def _int_at_least(name: str, default: int, minimum: int) -> int:
+
+# The most worker threads one internal Gloo group may start (each group starts
+# its own; more than a few only wait on the same sockets).
+MAX_GLOO_THREADS = 64
+
+# The options that decide how the ranks of a group talk to each other: which
+# algorithm runs a call, how it is cut into chunks and pieces, how hosts are
+# told apart. One rank's different value would make it run another protocol
+# than its peers for the same call (garbage, not an error), so every rank of a
+# new group compares them (fastcomm/_agreement.py) and the group is refused if
+# any differs. The other options shape only this rank's own behaviour (threads,
+# CPU binding, waiting, network interfaces) and may differ.
+AGREED_FIELDS = (
+    "allreduce_allgather_max_bytes",
+    "shm",
+    "shm_slot_bytes",
+    "shm_oneshot_max_bytes",
+    "shm_allreduce_single_copy_min_bytes",
+    "shm_allreduce_single_copy_max_bytes",
+    "shm_huge_pages_min_bytes",
+    "shm_low_precision_arena_min_bytes",
+    "shm_arena_min_bytes",
+    "pipeline_piece_bytes",
+    "p2p_single_copy_bytes",
+    "ranks_per_host",
+)
+
+
+def env_name(field: str) -> str:
+    """The environment variable of Options field `field`."""
+    return "FASTCOMM_" + field.upper()
+
+def _int_at_least(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -115,6 +147,8 @@ def _int_at_least(name: str, default: int, minimum: int) -> int:
         raise ValueError(f"fastcomm: environment variable {name} must be {kind} integer, got {raw!r}") from None
     if value < minimum:
         raise ValueError(f"fastcomm: environment variable {name} must be {kind} integer, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"fastcomm: environment variable {name} must be at most {maximum}, got {raw!r}")
     return value
 
 
@@ -196,7 +230,7 @@ def _interfaces() -> str:
 def read_options() -> Options:
     """Options from the environment, read when a process group is created."""
     return Options(
-        gloo_threads=_int_at_least("FASTCOMM_GLOO_THREADS", Options.gloo_threads, 1),
+        gloo_threads=_int_at_least("FASTCOMM_GLOO_THREADS", Options.gloo_threads, 1, MAX_GLOO_THREADS),
         allreduce_allgather_max_bytes=_int_at_least(
             "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", Options.allreduce_allgather_max_bytes, 0
         ),

@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import os
 import socket
-import time
 import warnings
 
 import torch.distributed as dist
@@ -30,6 +29,7 @@ import torch.distributed as dist
 from fastcomm import _C
 from fastcomm._gloo import make_gloo
 from fastcomm._options import Options, resolve_cpu_placement
+from fastcomm._rendezvous import Clock, GroupFacts, get_all
 
 _PREFIX = "fastcomm/shm/"
 
@@ -63,30 +63,8 @@ def _host_key(rank: int, options: Options) -> str:
 _PUBLISHED = {"host": "host key", "segment": "segment's path", "status": "set-up status"}
 
 
-class _Clock:
-    """The rendezvous' one deadline: every wait gets what is left of the group
-    timeout, so set-up fails within it whoever stops answering."""
-
-    def __init__(self, rank: int, timeout: datetime.timedelta) -> None:
-        self.rank = rank
-        self.timeout = timeout
-        self.deadline = time.monotonic() + timeout.total_seconds()
-
-
-def _get_all(store: dist.Store, kind: str, ranks, clock: _Clock) -> list[str]:
-    """What `ranks` published as `kind`; a clear DistStoreError naming the
-    missing ranks if they have not by the deadline (dead or stuck)."""
-    keys = [f"{_PREFIX}{kind}/{r}" for r in ranks]
-    try:
-        store.wait(keys, datetime.timedelta(seconds=max(clock.deadline - time.monotonic(), 0.001)))
-    except Exception as error:  # the store's timeout error
-        missing = [r for r, key in zip(ranks, keys) if not store.check([key])]
-        raise dist.DistStoreError(
-            f"fastcomm: shared-memory set-up on rank {clock.rank}: rank(s) {missing} did not publish their "
-            f"{_PUBLISHED[kind]} within the group timeout ({clock.timeout.total_seconds():g} s); they died or are "
-            f"stuck ({str(error).strip()[:200]})"
-        ) from None
-    return [store.get(key).decode() for key in keys]
+def _get_all(store: dist.Store, kind: str, ranks, clock: Clock) -> list[str]:
+    return get_all(store, f"{_PREFIX}{kind}/", _PUBLISHED[kind], ranks, clock, "shared-memory set-up")
 
 
 # The CPUs this process could use before FASTCOMM_SHM_BIND_CPUS bound it to one (None: not bound).
@@ -157,7 +135,7 @@ def _unbind_forked_child() -> None:
     _cpus_before_binding = None
 
 
-def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: _Clock) -> _C.ShmEngine:
+def _connect(store: dist.Store, local: list[int], local_rank: int, options: Options, clock: Clock) -> _C.ShmEngine:
     spin = len(local) <= len(usable_cpus())  # spinning on oversubscribed cores starves peers
     segment_key = f"{_PREFIX}segment/{local[0]}"
     if local_rank == 0:
@@ -175,20 +153,44 @@ def _connect(store: dist.Store, local: list[int], local_rank: int, options: Opti
     return _C.ShmEngine.attach(name, int(nonce), local_rank, options.shm_slot_bytes, local, spin, True)
 
 
-def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options) -> ShmPlan:
+# A segment holds two buffers of one slot per local rank, and every byte of it
+# is touched when it is made: at most this share of the machine's memory.
+SEGMENT_MEMORY_SHARE = 4
+
+
+def check_segment_size(slot_bytes: int, local_sizes: list[int], memory_bytes: int) -> None:
+    """Refuses FASTCOMM_SHM_SLOT_BYTES whose segment (2 x local ranks x slot
+    bytes on the largest host) exceeds 1/SEGMENT_MEMORY_SHARE of `memory_bytes`
+    (the least any rank's machine has): the kernel would kill the rank making it.
+    Every rank checks the same numbers, so every rank refuses alike."""
+    limit = memory_bytes // SEGMENT_MEMORY_SHARE
+    ranks = max(local_sizes)
+    if 2 * ranks * slot_bytes > limit:
+        raise ValueError(
+            f"fastcomm: set-up refused: FASTCOMM_SHM_SLOT_BYTES={slot_bytes} makes a shared-memory segment of "
+            f"2 x {ranks} ranks x {slot_bytes} B = {2 * ranks * slot_bytes} B, more than 1/{SEGMENT_MEMORY_SHARE} of "
+            f"the machine's memory ({memory_bytes} B): at most {limit // (2 * ranks)} B per slot for {ranks} ranks "
+            f"on a host"
+        )
+
+
+def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options,
+          facts: GroupFacts) -> ShmPlan:
     """This rank's part of the group's shared-memory rendezvous (collective over the group)."""
     if not options.shm:
         return ShmPlan()
     if size == 1:
+        check_segment_size(options.shm_slot_bytes, [1], facts.memory_bytes)
         # Its own host: the engine makes every collective a local copy, without
         # Gloo's thread hand-off (~20 us per op).
         return ShmPlan(engine=_C.ShmEngine.create(1, options.shm_slot_bytes, [0], True, True))
-    clock = _Clock(rank, timeout)
+    clock = Clock(rank, timeout)
     store.set(f"{_PREFIX}host/{rank}", _host_key(rank, options))
     keys = _get_all(store, "host", range(size), clock)
     hosts = list(dict.fromkeys(keys))  # in order of each host's lowest rank
     local = [r for r in range(size) if keys[r] == keys[rank]]
     local_rank = local.index(rank)
+    check_segment_size(options.shm_slot_bytes, [keys.count(k) for k in hosts], facts.memory_bytes)
     engine, status = None, "ok"
     try:
         if len(local) > 1:

@@ -85,7 +85,7 @@ class AllgatherHierarchical final : public HierarchicalAlgorithm {
         if (topology_.host_of_rank[r] != me) shm_broadcast_chunks(engine, block(r) + k * piece, length(k), 0);
       }
     };
-    return run_pipelined(topology_, c, shm_describe(c, total, total * n, -1), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, total, total * n, -1), leaders_.get(), steps);
   }
 
 };

@@ -37,7 +37,7 @@ class AllgatherShm final : public ShmAlgorithm {
       outputs[r] = c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + r * total
                                                             : byte_ptr(c.output_lists[0][r]);
     }
-    return shm_run(engine, c, shm_describe(c, total, total * n, -1),
+    return shm_run(engine, c, shm_describe(protocol(), c, total, total * n, -1),
                    [&]() { shm_gather_chunks(engine, byte_ptr(input), total, outputs, kEveryRank); });
   }
 };

@@ -47,7 +47,7 @@ class AllgatherShmArena final : public ShmAlgorithm {
       outputs[q] = c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + q * bytes
                                                             : byte_ptr(c.output_lists[0][q]);
     }
-    return shm_run(engine, c, shm_describe(c, bytes, bytes * n, shm::kRootArena), [&]() {
+    return shm_run(engine, c, shm_describe(protocol(), c, bytes, bytes * n, shm::kRootArena), [&]() {
       const std::vector<char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, bytes);
       for (int q = 0; q < n; ++q) {
         if (q != me || outputs[q] != input) copy_bytes(outputs[q], inputs[q], bytes);

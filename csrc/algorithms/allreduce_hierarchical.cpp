@@ -60,7 +60,7 @@ class AllreduceHierarchical final : public HierarchicalAlgorithm {
       const ShmReduction p = piece_of(k);
       shm_broadcast_chunks(engine, p.data, p.total, 0);
     };
-    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, 0), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, r.total, r.total, 0), leaders_.get(), steps);
   }
 
 };

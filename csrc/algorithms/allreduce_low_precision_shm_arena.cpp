@@ -89,7 +89,7 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
     };
     // Peers compare the wire dtype and the arena root: a rank with a plain
     // all_reduce, or with an ordinary tensor, makes every rank fail.
-    return shm_run_sized(engine, c, low_precision_describe(c, op, shm::kRootArena), std::move(body),
+    return shm_run_sized(engine, c, low_precision_describe(protocol(), c, op, shm::kRootArena), std::move(body),
                          async_min_bytes_, op.bytes);
   }
 

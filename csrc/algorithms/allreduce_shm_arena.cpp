@@ -76,7 +76,7 @@ class AllreduceShmArena final : public ShmAlgorithm {
       });
       shm_empty_round(engine);  // nobody returns while a peer may still read or write its tensor
     };
-    const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, shm::kRootArena);
+    const shm::OpDescriptor descriptor = shm_describe(protocol(), c, r.total, r.total, shm::kRootArena);
     return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);
   }
 

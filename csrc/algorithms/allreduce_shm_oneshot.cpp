@@ -35,7 +35,7 @@ class AllreduceShmOneshot final : public ShmAlgorithm {
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
-    return shm_run(engine, c, shm_describe(c, r.total, r.total, -1),
+    return shm_run(engine, c, shm_describe(protocol(), c, r.total, r.total, -1),
                    [&]() { shm_reduce_chunks(engine, r, kEveryRank); });
   }
 

@@ -52,7 +52,7 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
     const ShmReduction r = shm_reduction(c);
     // By value: the body may run on the op queue after launch returned, even after the group is gone.
     auto body = [state = state_, &engine, r]() { run(*state, engine, r); };
-    return shm_run_sized(engine, c, shm_describe(c, r.total, r.total, -1), std::move(body), async_min_bytes_,
+    return shm_run_sized(engine, c, shm_describe(protocol(), c, r.total, r.total, -1), std::move(body), async_min_bytes_,
                          r.total);
   }
 

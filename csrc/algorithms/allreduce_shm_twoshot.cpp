@@ -71,7 +71,7 @@ class AllreduceShmTwoshot final : public ShmAlgorithm {
     const ShmReduction r = shm_reduction(c);
     // By value: the body may run after launch returned (the tensor stays alive with the queued collective).
     auto body = [&engine, r]() { run_allreduce_twoshot(engine, r); };
-    const shm::OpDescriptor descriptor = shm_describe(c, r.total, r.total, -1);
+    const shm::OpDescriptor descriptor = shm_describe(protocol(), c, r.total, r.total, -1);
     return shm_run_sized(engine, c, descriptor, std::move(body), async_min_bytes_, r.total);
   }
 

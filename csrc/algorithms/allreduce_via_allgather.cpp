@@ -10,6 +10,12 @@
 // P-1 elementwise passes over S bytes. Accepts SUM, PRODUCT, MIN, MAX and the
 // bitwise ops on every reducible dtype but bool (AVG and int16 were rewritten
 // into SUM and int32 before this runs); empty tensors stay with Gloo.
+//
+// To Gloo the all_gather looks like any other: the ranks first compare the
+// call as the all_reduce it is (call_check.h), so an all_reduce on one rank
+// against an all_gather_into_tensor of the same bytes on another raises
+// instead of returning gathered rows as sums.
+#include "algorithms/delegated.h"
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
 #include "core/support.h"
@@ -45,9 +51,31 @@ void reduce_into(at::Tensor acc, const at::Tensor& row, ReduceKind kind) {
   }
 }
 
+// The gather and the local reduction, on `gloo`, now.
+Launched gather_and_reduce(c10d::Backend& gloo, const Collective& c, int world_size) {
+  const at::Tensor flat = c.inputs[0].view({-1});
+  const at::Tensor gathered = at::empty({world_size, flat.numel()}, flat.options());
+  Collective gather;
+  gather.type = c10d::OpType::_ALLGATHER_BASE;
+  gather.name = c.name;
+  gather.inputs = {flat};
+  gather.outputs = {gathered.view({-1})};
+  gather.timeout = c.timeout;
+  gather.device = c.device;
+  const ReduceKind kind = *elementwise_kind(c.reduce_op);
+  auto reduce = [flat, gathered, kind]() {
+    flat.copy_(gathered[0]);
+    for (int64_t r = 1; r < gathered.size(0); ++r) reduce_into(flat, gathered[r], kind);
+  };
+  std::vector<Launched> parts{delegate(gloo, gather)};
+  return then_run(std::move(parts), reduce, c.result_tensors());
+}
+
 class AllreduceViaAllgather final : public Algorithm {
  public:
-  AllreduceViaAllgather(int world_size, int64_t max_bytes) : world_size_(world_size), max_bytes_(max_bytes) {}
+  AllreduceViaAllgather(int world_size, int64_t max_bytes, c10::intrusive_ptr<c10d::Backend> gloo,
+                        std::shared_ptr<CallCheck> check)
+      : world_size_(world_size), max_bytes_(max_bytes), gloo_(std::move(gloo)), check_(std::move(check)) {}
 
   const char* name() const override {
     return "allreduce_via_allgather";
@@ -61,34 +89,25 @@ class AllreduceViaAllgather final : public Algorithm {
            static_cast<int64_t>(t.nbytes()) <= max_bytes_;
   }
 
-  Launched launch(Collective& c, Dispatcher& dispatcher) override {
-    const at::Tensor flat = c.inputs[0].view({-1});
-    const at::Tensor gathered = at::empty({world_size_, flat.numel()}, flat.options());
-    Collective gather;
-    gather.type = c10d::OpType::_ALLGATHER_BASE;
-    gather.name = c.name;
-    gather.inputs = {flat};
-    gather.outputs = {gathered.view({-1})};
-    gather.timeout = c.timeout;
-    gather.device = c.device;
-    const ReduceKind kind = *elementwise_kind(c.reduce_op);
-    auto reduce = [flat, gathered, kind]() {
-      flat.copy_(gathered[0]);
-      for (int64_t r = 1; r < gathered.size(0); ++r) reduce_into(flat, gathered[r], kind);
-    };
-    std::vector<Launched> parts{dispatcher.launch(gather)};
-    return then_run(std::move(parts), reduce, c.result_tensors());
+  Launched launch(Collective& c, Dispatcher&) override {
+    return check_->run(c, name(), [gloo = gloo_, c, world_size = world_size_]() {
+      return gather_and_reduce(*gloo, c, world_size);
+    });
   }
 
  private:
   int world_size_;
   int64_t max_bytes_;
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+  std::shared_ptr<CallCheck> check_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes) {
-  return std::make_unique<AllreduceViaAllgather>(world_size, max_bytes);
+std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes,
+                                                        c10::intrusive_ptr<c10d::Backend> gloo,
+                                                        std::shared_ptr<CallCheck> check) {
+  return std::make_unique<AllreduceViaAllgather>(world_size, max_bytes, std::move(gloo), std::move(check));
 }
 
 }  // namespace fastcomm

@@ -221,7 +221,7 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
       }
     };
     // Sizes differ across ranks with uneven splits: round 0 and the headers check them instead.
-    return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), leaders_.get(), steps);
+    return run_hierarchical(topology_, c, shm_describe(protocol(), c, 0, 0, -1), leaders_.get(), steps);
   }
 
 };

@@ -39,7 +39,7 @@ class AlltoallShm final : public ShmAlgorithm {
     alltoall_blocks(c.inputs[0], c.input_splits, n, send_at, send_len);
     alltoall_blocks(c.outputs[0], c.output_splits, n, recv_at, recv_len);
     // Sizes differ across ranks with uneven splits: round 0 checks them instead.
-    const auto descriptor = shm_describe(c, 0, 0, -1);
+    const auto descriptor = shm_describe(protocol(), c, 0, 0, -1);
     return shm_run(engine, c, descriptor, [&]() {
       // Round 0: the size matrix. Slot layout: send_len[0..n), recv_len[0..n).
       engine.start_use();

@@ -32,7 +32,7 @@ class BarrierHierarchical final : public HierarchicalAlgorithm {
       leaders_->barrier(options)->wait(c.timeout);
     };
     steps.inside_after = one_round;
-    return run_hierarchical(topology_, c, shm_describe(c, 0, 0, -1), leaders_.get(), steps);
+    return run_hierarchical(topology_, c, shm_describe(protocol(), c, 0, 0, -1), leaders_.get(), steps);
   }
 
 };

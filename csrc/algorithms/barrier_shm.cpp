@@ -20,7 +20,7 @@ class BarrierShm final : public ShmAlgorithm {
 
   Launched launch(Collective& c, Dispatcher&) override {
     shm::Engine& engine = *topology_.engine;
-    return shm_run(engine, c, shm_describe(c, 0, 0, -1), [&]() { shm_empty_round(engine); });
+    return shm_run(engine, c, shm_describe(protocol(), c, 0, 0, -1), [&]() { shm_empty_round(engine); });
   }
 };
 

@@ -46,7 +46,7 @@ class BroadcastHierarchical final : public HierarchicalAlgorithm {
       std::vector<at::Tensor> tensors{t};
       leaders_->broadcast(tensors, options)->wait(c.timeout);
     };
-    return run_hierarchical(topology_, c, shm_describe(c, total, total, local_root), leaders_.get(), steps);
+    return run_hierarchical(topology_, c, shm_describe(protocol(), c, total, total, local_root), leaders_.get(), steps);
   }
 
 };

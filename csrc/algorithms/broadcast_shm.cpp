@@ -28,7 +28,7 @@ class BroadcastShm final : public ShmAlgorithm {
     const at::Tensor& t = c.inputs[0];
     const size_t total = t.nbytes();
     const int root = static_cast<int>(c.peer);
-    return shm_run(engine, c, shm_describe(c, total, total, root),
+    return shm_run(engine, c, shm_describe(protocol(), c, total, total, root),
                    [&]() { shm_broadcast_chunks(engine, byte_ptr(t), total, root); });
   }
 };

@@ -1,10 +1,12 @@
 #include "algorithms/dispatcher.h"
 
 #include "core/errors.h"
+#include "transport/shm/engine.h"
 
 namespace fastcomm {
 
 void Dispatcher::add(std::unique_ptr<Algorithm> algorithm) {
+  shm::protocol_code(algorithm->name());  // so a descriptor mismatch can name a peer's algorithm
   auto registered = std::make_unique<Registered>();
   registered->algorithm = std::move(algorithm);
   algorithms_.push_back(std::move(registered));

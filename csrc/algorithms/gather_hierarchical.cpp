@@ -92,7 +92,7 @@ class GatherHierarchical final : public HierarchicalAlgorithm {
         ++index;
       }
     };
-    return run_pipelined(topology_, c, shm_describe(c, total, total * n, root.local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, total, total * n, root.local_root), leaders_.get(), steps);
   }
 
 };

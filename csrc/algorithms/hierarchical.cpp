@@ -22,7 +22,8 @@ class CrossHostCheck {
     mine_.root = static_cast<int16_t>(root);
     at::Tensor encoded = at::tensor({static_cast<int64_t>(mine_.type), static_cast<int64_t>(mine_.dtype),
                                      static_cast<int64_t>(mine_.reduce_op), root,
-                                     static_cast<int64_t>(mine_.input_bytes), static_cast<int64_t>(mine_.output_bytes)},
+                                     static_cast<int64_t>(mine_.input_bytes), static_cast<int64_t>(mine_.output_bytes),
+                                     static_cast<int64_t>(mine_.algorithm)},
                                     at::kLong);
     inputs_ = {encoded};
     outputs_.resize(1);
@@ -42,12 +43,13 @@ class CrossHostCheck {
       if (at::equal(outputs_[0][h], mine)) continue;
       const auto* v = outputs_[0][h].data_ptr<int64_t>();
       shm::OpDescriptor theirs{};
-      theirs.type = static_cast<int16_t>(v[0]);
+      theirs.type = static_cast<int8_t>(v[0]);
       theirs.dtype = static_cast<int16_t>(v[1]);
-      theirs.reduce_op = static_cast<int16_t>(v[2]);
+      theirs.reduce_op = static_cast<int8_t>(v[2]);
       theirs.root = static_cast<int16_t>(v[3]);
       theirs.input_bytes = static_cast<uint64_t>(v[4]);
       theirs.output_bytes = static_cast<uint64_t>(v[5]);
+      theirs.algorithm = static_cast<uint16_t>(v[6]);
       throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ",
                                         leaders_->getRank(), "'s ranks called ", shm::describe(mine_), ", host ", h,
                                         "'s ranks called ", shm::describe(theirs)));

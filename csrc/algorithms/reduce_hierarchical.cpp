@@ -75,7 +75,7 @@ class ReduceHierarchical final : public HierarchicalAlgorithm {
       if (!root.on_root_host || root.local_root == 0) return;
       shm_pass_chunks(engine, leads ? byte_ptr(sum_of(k)) : nullptr, r.data + k * piece, length(k), 0, root.local_root);
     };
-    return run_pipelined(topology_, c, shm_describe(c, r.total, r.total, root.local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, r.total, r.total, root.local_root), leaders_.get(), steps);
   }
 
 };

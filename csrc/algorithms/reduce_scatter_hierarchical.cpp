@@ -125,7 +125,7 @@ class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
         copy_bytes(byte_ptr(output) + offset + at, engine.slot_of(0) + engine.local_rank() * part, part);
       });
     };
-    return run_pipelined(topology_, c, shm_describe(c, total * n, total, -1), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, total * n, total, -1), leaders_.get(), steps);
   }
 
 };

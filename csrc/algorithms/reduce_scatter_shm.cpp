@@ -45,7 +45,7 @@ class ReduceScatterShm final : public ShmAlgorithm {
       blocks[q] = c.type == c10d::OpType::_REDUCE_SCATTER_BASE ? byte_ptr(c.inputs[0]) + q * total
                                                                 : byte_ptr(c.input_lists[0][q]);
     }
-    return shm_run(engine, c, shm_describe(c, total * n, total, -1), [&]() {
+    return shm_run(engine, c, shm_describe(protocol(), c, total * n, total, -1), [&]() {
       const size_t piece = std::max(element, engine.slot_bytes() / n / 64 * 64 / element * element);
       std::vector<const void*> sources(n);
       char* out = byte_ptr(output);

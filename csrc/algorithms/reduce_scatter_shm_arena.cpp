@@ -45,7 +45,7 @@ class ReduceScatterShmArena final : public ShmAlgorithm {
     const size_t block = output.nbytes(), element = output.element_size();
     char* input = byte_ptr(c.inputs[0]);
     const ArenaTensorRef mine = *find_arena_tensor(*arena_, input, block * n);
-    return shm_run(engine, c, shm_describe(c, block * n, block, shm::kRootArena), [&]() {
+    return shm_run(engine, c, shm_describe(protocol(), c, block * n, block, shm::kRootArena), [&]() {
       const std::vector<char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, block * n);
       std::vector<const void*> sources(n);
       for (int q = 0; q < n; ++q) sources[q] = inputs[q] + me * block;

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/call_check.h"
 #include "algorithms/shm_common.h"
 
 namespace fastcomm {
@@ -32,13 +33,18 @@ std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_single_copy(ShmTopol
                                                                         int64_t async_min_bytes);
 std::unique_ptr<Algorithm> make_allreduce_low_precision_via_compress();
 std::unique_ptr<Algorithm> make_contiguous_staging();
+// After contiguous_staging: inputs that overlap outputs (other than the in-place forms) copied first.
+std::unique_ptr<Algorithm> make_alias_staging(int rank);
 std::unique_ptr<Algorithm> make_coalesced_via_flat_buffer(int world_size);
 std::unique_ptr<Algorithm> make_alltoall_list_via_single();
 std::unique_ptr<Algorithm> make_avg_via_sum(int rank, int world_size);
 std::unique_ptr<Algorithm> make_int16_via_int32();
 std::unique_ptr<Algorithm> make_reinterpret_dtype();
-// max_bytes: the largest tensor it takes (0: none).
-std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes);
+// max_bytes: the largest tensor it takes (0: none); the all_gather runs on
+// `gloo` once `check` compared the call (groups of 2 or more ranks only).
+std::unique_ptr<Algorithm> make_allreduce_via_allgather(int world_size, int64_t max_bytes,
+                                                        c10::intrusive_ptr<c10d::Backend> gloo,
+                                                        std::shared_ptr<CallCheck> check);
 
 // Shared memory among the ranks of one host (registered when the whole group is on one host).
 // all_gather / reduce_scatter_tensor of inputs in the arena, read in place (shm_arena_common.h).

@@ -23,12 +23,14 @@ ShmReduction shm_reduction(const Collective& c) {
           static_cast<size_t>(t.element_size())};
 }
 
-shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root) {
+shm::OpDescriptor shm_describe(uint16_t algorithm, const Collective& c, int64_t input_bytes, int64_t output_bytes,
+                               int root) {
   shm::OpDescriptor d{};
-  d.type = static_cast<int16_t>(c.type);
+  d.type = static_cast<int8_t>(c.type);
+  d.algorithm = algorithm;
   const at::ScalarType dtype = c.dtype();
   d.dtype = dtype == at::ScalarType::Undefined ? -1 : static_cast<int16_t>(dtype);
-  d.reduce_op = c.is_reduction() ? static_cast<int16_t>(c.reduce_op.op_) : -1;
+  d.reduce_op = c.is_reduction() ? static_cast<int8_t>(c.reduce_op.op_) : -1;
   d.root = static_cast<int16_t>(root);
   d.input_bytes = static_cast<uint64_t>(input_bytes);
   d.output_bytes = static_cast<uint64_t>(output_bytes);

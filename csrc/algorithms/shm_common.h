@@ -14,6 +14,7 @@
 // ops. That order is the order c10d requires anyway.
 #pragma once
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -65,7 +66,20 @@ class ShmAlgorithm : public Algorithm {
   explicit ShmAlgorithm(ShmTopology topology) : topology_(std::move(topology)) {}
 
  protected:
+  // This algorithm's OpDescriptor::algorithm (shm::protocol_code of its name), worked out once.
+  uint16_t protocol() const {
+    int32_t code = protocol_.load(std::memory_order_relaxed);
+    if (code < 0) {
+      code = shm::protocol_code(name());
+      protocol_.store(code, std::memory_order_relaxed);
+    }
+    return static_cast<uint16_t>(code);
+  }
+
   ShmTopology topology_;
+
+ private:
+  mutable std::atomic<int32_t> protocol_{-1};  // -1: not worked out yet
 };
 
 // True for a CPU collective whose tensors are all contiguous (contiguous_staging ran before).
@@ -86,8 +100,10 @@ struct ShmReduction {
 };
 ShmReduction shm_reduction(const Collective& c);
 
-// The descriptor peers compare; `root` is a local rank or -1.
-shm::OpDescriptor shm_describe(const Collective& c, int64_t input_bytes, int64_t output_bytes, int root);
+// The descriptor peers compare: `algorithm` is the running algorithm's
+// ShmAlgorithm::protocol(), `root` a local rank or -1.
+shm::OpDescriptor shm_describe(uint16_t algorithm, const Collective& c, int64_t input_bytes, int64_t output_bytes,
+                               int root);
 
 // Runs `body` as one engine op for `c` and returns it finished: succeeded, or
 // failed with what body threw (no future: algorithm.h's future_of). The

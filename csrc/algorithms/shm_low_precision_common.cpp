@@ -9,8 +9,8 @@ LowPrecisionOp low_precision_op(const Collective& c) {
   return {*c.wire, t.scalar_type(), byte_ptr(t), t.numel(), t.nbytes()};
 }
 
-shm::OpDescriptor low_precision_describe(const Collective& c, const LowPrecisionOp& op, int root) {
-  shm::OpDescriptor descriptor = shm_describe(c, op.bytes, op.bytes, root);
+shm::OpDescriptor low_precision_describe(uint16_t algorithm, const Collective& c, const LowPrecisionOp& op, int root) {
+  shm::OpDescriptor descriptor = shm_describe(algorithm, c, op.bytes, op.bytes, root);
   descriptor.dtype = static_cast<int16_t>(op.wire.dtype);
   return descriptor;
 }

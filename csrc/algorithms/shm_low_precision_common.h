@@ -25,8 +25,8 @@ LowPrecisionOp low_precision_op(const Collective& c);
 
 // The descriptor peers compare: the wire dtype, not the tensor's (a plain
 // all_reduce of the same tensor on another rank is a mismatch, not a silent
-// mix); `root` as shm_describe's (shm::kRootArena for arena tensors).
-shm::OpDescriptor low_precision_describe(const Collective& c, const LowPrecisionOp& op, int root);
+// mix); `algorithm` and `root` as shm_describe's (shm::kRootArena for arena tensors).
+shm::OpDescriptor low_precision_describe(uint16_t algorithm, const Collective& c, const LowPrecisionOp& op, int root);
 
 // Adds this rank's clamps to the wire's counter, if it has one: once the op succeeded.
 void add_clamps(const LowPrecisionWire& wire, int64_t clamped);

@@ -33,6 +33,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
       config_(std::move(config)),
       transports_(std::move(transports)) {
   TORCH_CHECK(transports_.gloo, "fastcomm: the CPU delegate (Gloo) is required");
+  TORCH_CHECK(size == 1 || transports_.check, "fastcomm: a group of ", size, " ranks needs its call check (Gloo)");
   TORCH_CHECK(config_.host_of_rank.empty() || static_cast<int>(config_.host_of_rank.size()) == size,
               "fastcomm: the host plan names the host of ", config_.host_of_rank.size(), " ranks, the group has ", size);
   // Each algorithm's accepts() holds its whole gate (topology included), so
@@ -56,6 +57,7 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   }
   dispatcher_.add(make_allreduce_low_precision_via_compress());  // takes every other wire collective
   dispatcher_.add(make_contiguous_staging());
+  dispatcher_.add(make_alias_staging(rank));
   dispatcher_.add(make_coalesced_via_flat_buffer(size));
   dispatcher_.add(make_alltoall_list_via_single());
   dispatcher_.add(make_avg_via_sum(rank, size));
@@ -101,9 +103,12 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_alltoall_hierarchical(topology, transports_.leaders));
     dispatcher_.add(make_barrier_hierarchical(topology, transports_.leaders));
   }
-  dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes));
-  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo));
-  if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl));
+  // Collectives that reach Gloo are compared across the ranks first (call_check.h).
+  auto check = transports_.check ? std::make_shared<CallCheck>(transports_.check) : nullptr;
+  if (check) dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes, transports_.gloo,
+                                                          check));
+  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo, check));
+  if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl, nullptr));
   init();
 }
 

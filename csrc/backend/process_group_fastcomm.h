@@ -30,6 +30,7 @@ namespace fastcomm {
 // fastcomm/_shm.py) over prefixes of the group's store and passed in.
 struct Transports {
   c10::intrusive_ptr<c10d::Backend> gloo;     // CPU transport and fallback (required)
+  c10::intrusive_ptr<c10d::Backend> check;    // Gloo, one thread: the ranks compare calls for `gloo` (2+ ranks)
   c10::intrusive_ptr<c10d::Backend> nccl;     // CUDA tensors; null when CUDA cannot run
   std::shared_ptr<shm::Engine> engine;        // this rank's host segment; null: no engine
   c10::intrusive_ptr<c10d::Backend> leaders;  // Gloo among host leaders (hierarchical groups, leaders only)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <ATen/MemoryOverlap.h>
+
 #include "core/errors.h"
 #include "core/support.h"
 
@@ -64,6 +66,13 @@ void check_tensors(const Collective& c) {
     ++i;
     return false;  // every tensor
   });
+  for (const auto& t : c.written_tensors()) {
+    // An expand()ed view (stride 0) or the like: the results of several
+    // elements would land on one memory location.
+    FC_CHECK(t.layout() != c10::kStrided || at::has_internal_overlap(t) != at::MemOverlap::Yes, c.name,
+             "a tensor the op writes has elements that share memory (shape ", t.sizes(), ", strides ", t.strides(),
+             ", e.g. an expand()ed view): clone() it first");
+  }
   if (c.is_p2p() && c.inputs.size() == 1) {
     FC_CHECK(c.inputs[0].is_contiguous(), c.name, "the tensor must be contiguous (shape ", c.inputs[0].sizes(),
              ", strides ", c.inputs[0].strides(), ")");

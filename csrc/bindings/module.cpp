@@ -95,16 +95,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
                                                                                           "ProcessGroupFastcomm")
       .def(py::init([](int rank, int size, std::chrono::milliseconds timeout, Config config,
-                       c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> nccl,
-                       std::shared_ptr<fastcomm::shm::Engine> engine, c10::intrusive_ptr<c10d::Backend> leaders,
-                       c10::intrusive_ptr<c10d::Store> failures) {
-             fastcomm::Transports transports{std::move(gloo), std::move(nccl), std::move(engine), std::move(leaders),
-                                             std::move(failures)};
+                       c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> check,
+                       c10::intrusive_ptr<c10d::Backend> nccl, std::shared_ptr<fastcomm::shm::Engine> engine,
+                       c10::intrusive_ptr<c10d::Backend> leaders, c10::intrusive_ptr<c10d::Store> failures) {
+             fastcomm::Transports transports{std::move(gloo),   std::move(check),   std::move(nccl),
+                                             std::move(engine), std::move(leaders), std::move(failures)};
              return NoGilDestructorHolder<ProcessGroupFastcomm>(c10::make_intrusive<ProcessGroupFastcomm>(
                  rank, size, timeout, std::move(config), std::move(transports)));
            }),
            py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"), py::arg("gloo"),
-           py::arg("nccl") = py::none(), py::arg("engine") = py::none(), py::arg("leaders") = py::none(),
+           py::arg("check") = py::none(), py::arg("nccl") = py::none(), py::arg("engine") = py::none(), py::arg("leaders") = py::none(),
            py::arg("failures") = py::none(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("config", &ProcessGroupFastcomm::config, "The configuration this group was made with.")

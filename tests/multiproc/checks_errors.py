@@ -61,6 +61,11 @@ def bad_inputs(rank, world_size):
         (lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(n), output_split_sizes=[2] * n), r"output_split_sizes add up to %d" % (2 * n)),
         (lambda: dist.all_to_all_single(torch.zeros(n + 1), torch.ones(n + 1)), r"must be divisible by the group size"),
         (lambda: dist.all_to_all_single(torch.zeros(n, 2), torch.ones(n, 3)), r"same shape past dim 0"),
+        # outputs whose elements share memory (expand()ed views)
+        (lambda: dist.all_reduce(torch.ones(1).expand(4)),
+         r"fastcomm all_reduce: a tensor the op writes has elements that share memory \(shape \[4\], strides \[0\]"),
+        (lambda: dist.all_gather_into_tensor(torch.zeros(1).expand(2 * n), torch.ones(2)),
+         r"fastcomm all_gather_into_tensor: a tensor the op writes has elements that share memory"),
         # gather/scatter lists
         (lambda: _bad_gather(pg, n), r"fastcomm gather: (gather_list\[0\] has 3 elements|only the root \(rank 0\) may pass)"),
         (lambda: _bad_scatter(pg, n), r"fastcomm scatter: (expected %d scatter_list|only the root \(rank 0\) may pass)" % n),

@@ -35,8 +35,10 @@ PY_ALLOWED = {
     "_options": set(),
     "_compat": set(),
     "_gloo": {"_options"},
-    "_shm": {"_C", "_gloo", "_options"},
-    "_backend": {"_C", "_gloo", "_shm", "_options"},
+    "_rendezvous": set(),
+    "_shm": {"_C", "_gloo", "_options", "_rendezvous"},
+    "_agreement": {"_options", "_rendezvous", "_shm"},
+    "_backend": {"_C", "_agreement", "_gloo", "_shm", "_options", "_rendezvous"},
     "hooks": {"_C", "_compat", "hooks"},
     "nn": {"_C", "nn"},
     "sync": {"_C", "_compat", "sync"},  # the hooks' kernels through torch.ops, not the hooks package

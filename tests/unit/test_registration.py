@@ -34,6 +34,9 @@ def test_options_defaults_and_validation(monkeypatch):
         monkeypatch.setenv("FASTCOMM_GLOO_THREADS", bad)
         with pytest.raises(ValueError, match="FASTCOMM_GLOO_THREADS must be a positive integer"):
             read_options()
+    monkeypatch.setenv("FASTCOMM_GLOO_THREADS", "65")
+    with pytest.raises(ValueError, match="FASTCOMM_GLOO_THREADS must be at most 64, got '65'"):
+        read_options()
     monkeypatch.delenv("FASTCOMM_GLOO_THREADS")
     monkeypatch.setenv("FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "0")
     assert read_options().allreduce_allgather_max_bytes == 0
@@ -126,6 +129,7 @@ def test_config_carries_every_option_and_the_host_plan():
     import dataclasses
 
     from fastcomm._backend import make_config
+    from fastcomm._rendezvous import GroupFacts
     from fastcomm._shm import ShmPlan
 
     options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
@@ -135,7 +139,8 @@ def test_config_carries_every_option_and_the_host_plan():
                       socket_ifname="lo")
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
-    config = make_config(options, ShmPlan(host_of_rank=[0, 0, 1]), "no CUDA device is visible")
+    facts = GroupFacts(cpus=64, memory_bytes=1 << 40)
+    config = make_config(options, facts, ShmPlan(host_of_rank=[0, 0, 1]), "no CUDA device is visible")
     for field in dataclasses.fields(Options):
         assert getattr(config, field.name) == getattr(options, field.name), field.name
     assert config.host_of_rank == [0, 0, 1]
@@ -236,3 +241,45 @@ def test_single_rank_group_with_explicit_store():
             fastcomm.fastcomm_backend(dist.new_group(backend="gloo"))
     finally:
         dist.destroy_process_group()
+
+
+def test_agreed_options_are_options_with_their_variables():
+    """Every agreed field is an Options field whose variable read_options reads
+    and the README lists (the agreement names the variable in its error)."""
+    import dataclasses
+    import inspect
+
+    from fastcomm import _options
+
+    fields = {f.name for f in dataclasses.fields(Options)}
+    source = inspect.getsource(_options.read_options)
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    for field in _options.AGREED_FIELDS:
+        assert field in fields, field
+        assert f'"{_options.env_name(field)}"' in source, field
+        assert f"`{_options.env_name(field)}`" in readme, field
+
+
+def test_disagreements_name_the_variable_ranks_and_values():
+    from fastcomm._agreement import _disagreements
+    from fastcomm._options import AGREED_FIELDS
+
+    same = {field: getattr(Options(), field) for field in AGREED_FIELDS}
+    published = [{"options": dict(same)} for _ in range(3)]
+    assert _disagreements(published) == []
+    published[2]["options"]["shm_oneshot_max_bytes"] = 4096
+    published[1]["options"]["shm_allreduce_single_copy_min_bytes"] = 0
+    assert _disagreements(published) == [
+        "FASTCOMM_SHM_ONESHOT_MAX_BYTES: group rank(s) [0, 1] have 131072; group rank(s) [2] have 4096",
+        "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES: group rank(s) [0, 2] have unset (automatic); "
+        "group rank(s) [1] have 0",
+    ]
+
+
+def test_segment_size_bound():
+    from fastcomm._shm import check_segment_size
+
+    check_segment_size(1 << 20, [2, 4], memory_bytes=32 << 20)  # 2 x 4 x 1 MiB = 8 MiB = a quarter
+    with pytest.raises(ValueError, match=r"FASTCOMM_SHM_SLOT_BYTES=1048577 makes a shared-memory segment of "
+                                         r"2 x 4 ranks x 1048577 B .* at most 1048576 B per slot for 4 ranks"):
+        check_segment_size((1 << 20) + 1, [4, 2], memory_bytes=32 << 20)

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -20,7 +22,34 @@ namespace {
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
   return a.op_index == b.op_index && a.type == b.type && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.root == b.root && a.input_bytes == b.input_bytes && a.output_bytes == b.output_bytes;
+         a.root == b.root && a.algorithm == b.algorithm && a.input_bytes == b.input_bytes &&
+         a.output_bytes == b.output_bytes;
+}
+
+// The names protocol_code has seen, by code (read only to describe a mismatch).
+std::mutex protocol_names_mutex;
+std::map<uint16_t, const char*>& protocol_names() {
+  static std::map<uint16_t, const char*> names;
+  return names;
+}
+
+}  // namespace
+
+uint16_t protocol_code(const char* name) {
+  uint32_t hash = 2166136261u;  // FNV-1a, folded to 16 bits
+  for (const char* p = name; *p; ++p) hash = (hash ^ static_cast<uint8_t>(*p)) * 16777619u;
+  const auto code = static_cast<uint16_t>((hash >> 16) ^ (hash & 0xffff));
+  std::lock_guard<std::mutex> lock(protocol_names_mutex);
+  protocol_names().emplace(code, name);
+  return code;
+}
+
+namespace {
+
+std::string algorithm_name(uint16_t code) {
+  std::lock_guard<std::mutex> lock(protocol_names_mutex);
+  const auto it = protocol_names().find(code);
+  return it != protocol_names().end() ? std::string(it->second) : c10::str("algorithm #", code);
 }
 
 }  // namespace
@@ -31,7 +60,7 @@ std::string describe(const OpDescriptor& d) {
                   " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
                   d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
                   d.root >= 0 ? c10::str(", root ", d.root) : std::string(),
-                  d.root == kRootArena ? ", arena tensor" : "", ")");
+                  d.root == kRootArena ? ", arena tensor" : "", ", by ", algorithm_name(d.algorithm), ")");
 }
 
 Engine::Engine(std::unique_ptr<Segment> segment, int local_rank, std::vector<int> group_ranks, bool spin,

@@ -45,8 +45,14 @@
 
 namespace fastcomm::shm {
 
-// "ALLREDUCE of Float (input 16 B, output 16 B, SUM)": for errors (op_index not included).
+// "ALLREDUCE of Float (input 16 B, output 16 B, SUM, by allreduce_shm_oneshot)":
+// for errors (op_index not included).
 std::string describe(const OpDescriptor& d);
+
+// OpDescriptor::algorithm of the algorithm named `name`: a 16-bit hash of the
+// name, the same in every process of one build (tests check that the
+// registered names' codes differ). Remembers the name for describe().
+uint16_t protocol_code(const char* name);
 
 class Engine {
  public:

@@ -20,7 +20,7 @@
 namespace fastcomm::shm {
 
 constexpr uint64_t kMagic = 0x4d4d4f4354534146ull;  // "FASTCOMM" little-endian
-constexpr uint32_t kVersion = 5;
+constexpr uint32_t kVersion = 6;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kControlBytes = 320;  // five cache lines per rank: no false sharing between ranks
 constexpr size_t kSlotAlignment = 4096;
@@ -36,10 +36,13 @@ constexpr int32_t kRootArena = -2;
 // it, not two (8 B all_reduce on 2 ranks, C++ loop: 0.60-0.65 -> 0.54-0.59 us).
 struct __attribute__((packed, aligned(4))) OpDescriptor {
   uint32_t op_index;    // how many engine ops this rank ran before this one, mod 2^32
-  int16_t type;         // c10d::OpType
+  int8_t type;          // c10d::OpType (every value but UNKNOWN fits)
+  int8_t reduce_op;     // c10d::ReduceOp::RedOpType (-1: none)
   int16_t dtype;        // c10::ScalarType (-1: none)
-  int16_t reduce_op;    // c10d::ReduceOp::RedOpType (-1: none)
   int16_t root;         // root's local rank (-1: none; kRootArena)
+  // The algorithm that runs the op (protocol_code of its name): two ranks that
+  // chose different algorithms for the same call run different protocols.
+  uint16_t algorithm;
   uint64_t input_bytes;
   uint64_t output_bytes;
 };

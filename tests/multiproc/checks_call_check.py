@@ -1,0 +1,68 @@
+"""Calls that differ between ranks on the paths that reach Gloo
+(csrc/algorithms/call_check.h): every rank raises "ranks disagree", nothing is
+returned as a result, and the group still works afterwards."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+R = dist.ReduceOp
+
+
+def _expect_disagreement(call) -> str:
+    try:
+        call()
+    except RuntimeError as error:
+        assert "ranks disagree on the collective" in str(error), error
+        return str(error)
+    raise AssertionError("the mismatched call returned on this rank")
+
+
+def _still_works(rank: int, world_size: int) -> None:
+    for numel in (2, 1 << 18):  # via all_gather, and Gloo's own all_reduce
+        t = torch.full((numel,), float(rank + 1))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full_like(t, float(world_size * (world_size + 1) // 2))), t[:4]
+
+
+def mismatched_calls(rank, world_size):
+    """Rank 0 calls one thing, the others another, with the same bytes each way."""
+    n = world_size
+    cases = [
+        # all_reduce (an all_gather underneath) against all_gather_into_tensor
+        (lambda: dist.all_reduce(torch.ones(8)),
+         lambda: dist.all_gather_into_tensor(torch.zeros(8 * n), torch.ones(8))),
+        # the same bytes, other dtypes
+        (lambda: dist.all_reduce(torch.ones(4)),
+         lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32))),
+        # SUM against MAX
+        (lambda: dist.all_reduce(torch.ones(4)),
+         lambda: dist.all_reduce(torch.ones(4), op=R.MAX)),
+        # large: Gloo's all_reduce against a broadcast of the same tensor
+        (lambda: dist.all_reduce(torch.ones(1 << 18)),
+         lambda: dist.broadcast(torch.ones(1 << 18), src=0)),
+        # other sizes (Gloo itself aborts the process there)
+        (lambda: dist.all_reduce(torch.ones(1 << 18)),
+         lambda: dist.all_reduce(torch.ones((1 << 18) + 1))),
+        # rooted: another root
+        (lambda: dist.broadcast(torch.ones(1 << 18), src=0),
+         lambda: dist.broadcast(torch.ones(1 << 18), src=1)),
+    ]
+    messages = []
+    for mine_on_zero, mine_elsewhere in cases:
+        messages.append(_expect_disagreement(mine_on_zero if rank == 0 else mine_elsewhere))
+        _still_works(rank, world_size)
+    return messages
+
+
+def gather_against_scatter(rank, world_size):
+    """On one host gather and scatter go to Gloo (no shared-memory algorithm):
+    rank 0 gathers while the others scatter."""
+    x = torch.full((4,), float(rank))
+    if rank == 0:
+        gathered = [torch.zeros(4) for _ in range(world_size)]
+        message = _expect_disagreement(lambda: dist.gather(x, gathered, dst=0))
+    else:
+        message = _expect_disagreement(lambda: dist.scatter(x, None, src=0))
+    _still_works(rank, world_size)
+    return message
