@@ -55,6 +55,16 @@ def _shown(value) -> str:
     return "unset (automatic)" if value == -1 else repr(value)
 
 
+def _forget_once_all_read(store: dist.Store, size: int) -> None:
+    """The last rank to read the published values deletes them: a group made
+    again under the same name (new_group(use_local_synchronization=True), a
+    second init on one store) must not read the ones of the group before."""
+    readers = store.add(f"{_PREFIX}readers", 1)  # cumulative: every incarnation adds `size`
+    if readers % size == 0:
+        for r in range(size):
+            store.delete_key(f"{_PREFIX}{r}")
+
+
 def agree(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options) -> GroupFacts:
     """This rank's part of the group's agreement (collective over the group):
     the group's facts, or ValueError on every rank if an agreed option differs."""
@@ -66,6 +76,7 @@ def agree(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     store.set(f"{_PREFIX}{rank}", json.dumps(mine))
     clock = Clock(rank, timeout)
     published = [json.loads(p) for p in get_all(store, _PREFIX, "configuration", range(size), clock, "set-up")]
+    _forget_once_all_read(store, size)
     lines = _disagreements(published)
     if lines:
         raise ValueError(

@@ -13,10 +13,9 @@
 // the copies. Extra memory traffic: one read and one write of each such input.
 //
 // Outputs that overlap one another have no single correct result (which
-// rank's block wins?): refused before anything is sent.
+// rank's block wins?): validation refuses them (backend/validation.cpp).
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
-#include "core/errors.h"
 
 namespace fastcomm {
 
@@ -96,12 +95,6 @@ class AliasStaging final : public Algorithm {
       return overlap(c.inputs[0], c.outputs[0]) && !standard_in_place(c, rank_);
     }
     const std::vector<at::Tensor> written = c.written_tensors();
-    for (size_t i = 0; i < written.size(); ++i) {
-      for (size_t j = i + 1; j < written.size(); ++j) {
-        FC_CHECK(!overlap(written[i], written[j]), c.name, "output tensors ", i, " and ", j,
-                 " overlap: each output needs memory of its own");
-      }
-    }
     bool overlapping = false;
     for_each_read(c, [&](const at::Tensor& in) {
       for (const auto& out : written) overlapping = overlapping || overlap(in, out);

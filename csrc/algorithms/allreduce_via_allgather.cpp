@@ -14,11 +14,13 @@
 // To Gloo the all_gather looks like any other: the ranks first compare the
 // call as the all_reduce it is (call_check.h), so an all_reduce on one rank
 // against an all_gather_into_tensor of the same bytes on another raises
-// instead of returning gathered rows as sums.
+// instead of returning gathered rows as sums. Up to CallCheck::kInlineBytes
+// the rows travel inside the check itself: still one round.
 #include "algorithms/delegated.h"
 #include "algorithms/dispatcher.h"
 #include "algorithms/registry.h"
 #include "core/support.h"
+#include "transport/shm/engine.h"
 
 namespace fastcomm {
 
@@ -75,7 +77,11 @@ class AllreduceViaAllgather final : public Algorithm {
  public:
   AllreduceViaAllgather(int world_size, int64_t max_bytes, c10::intrusive_ptr<c10d::Backend> gloo,
                         std::shared_ptr<CallCheck> check)
-      : world_size_(world_size), max_bytes_(max_bytes), gloo_(std::move(gloo)), check_(std::move(check)) {}
+      : world_size_(world_size),
+        max_bytes_(max_bytes),
+        gloo_(std::move(gloo)),
+        check_(std::move(check)),
+        protocol_(shm::protocol_code(name())) {}
 
   const char* name() const override {
     return "allreduce_via_allgather";
@@ -90,7 +96,18 @@ class AllreduceViaAllgather final : public Algorithm {
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
-    return check_->run(c, name(), [gloo = gloo_, c, world_size = world_size_]() {
+    const at::Tensor flat = c.inputs[0].view({-1});
+    if (static_cast<int64_t>(flat.nbytes()) <= CallCheck::kInlineBytes) {
+      // The rows travel inside the check: one round, as the all_gather alone took.
+      // (A copy with unit stride: a one-element view may have any stride.)
+      const at::Tensor bytes = flat.clone(at::MemoryFormat::Contiguous).view(at::kByte);
+      const ReduceKind kind = *elementwise_kind(c.reduce_op);
+      return check_->run_inline(c, protocol_, bytes, [flat, kind](const std::vector<at::Tensor>& rows) {
+        flat.copy_(rows[0].view(flat.scalar_type()));
+        for (size_t r = 1; r < rows.size(); ++r) reduce_into(flat, rows[r].view(flat.scalar_type()), kind);
+      });
+    }
+    return check_->run(c, protocol_, [gloo = gloo_, c, world_size = world_size_]() {
       return gather_and_reduce(*gloo, c, world_size);
     });
   }
@@ -100,6 +117,7 @@ class AllreduceViaAllgather final : public Algorithm {
   int64_t max_bytes_;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::shared_ptr<CallCheck> check_;
+  uint16_t protocol_;  // shm::protocol_code(name()), for the check
 };
 
 }  // namespace

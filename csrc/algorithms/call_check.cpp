@@ -1,5 +1,7 @@
 #include "algorithms/call_check.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 #include "transport/shm/engine.h"
 
@@ -25,10 +27,20 @@ int64_t bytes_of(const std::vector<std::vector<at::Tensor>>& lists) {
   return total;
 }
 
+// all_to_all_single whose splits are empty or all dim0 / world_size on both sides.
+bool evenly_split(const Collective& c, int world_size) {
+  auto even = [world_size](const std::vector<int64_t>& splits, const at::Tensor& t) {
+    const int64_t rows = t.dim() > 0 ? t.size(0) / world_size : 0;
+    return std::all_of(splits.begin(), splits.end(), [rows](int64_t s) { return s == rows; });
+  };
+  return even(c.input_splits, c.inputs[0]) && even(c.output_splits, c.outputs[0]);
+}
+
 // What every rank must agree on. Sizes that may differ between ranks of one
 // correct call are left out: a gather's outputs and a scatter's inputs exist
-// on the root only; all_to_all may be uneven.
-shm::OpDescriptor describe_call(const Collective& c, const char* algorithm) {
+// on the root only; all_to_all may be uneven (explicit even splits count as
+// even: torch lets one rank pass them and another none).
+shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm, int world_size) {
   shm::OpDescriptor d{};
   d.type = static_cast<int8_t>(c.type);
   const at::ScalarType dtype = c.dtype();
@@ -37,9 +49,9 @@ shm::OpDescriptor describe_call(const Collective& c, const char* algorithm) {
   const bool rooted =
       c.type == OpType::BROADCAST || c.type == OpType::REDUCE || c.type == OpType::GATHER || c.type == OpType::SCATTER;
   d.root = rooted ? static_cast<int16_t>(c.peer) : -1;
-  d.algorithm = shm::protocol_code(algorithm);
-  const bool uneven = c.type == OpType::ALLTOALL || (c.type == OpType::ALLTOALL_BASE &&
-                                                     !(c.input_splits.empty() && c.output_splits.empty()));
+  d.algorithm = algorithm;
+  const bool uneven =
+      c.type == OpType::ALLTOALL || (c.type == OpType::ALLTOALL_BASE && !evenly_split(c, world_size));
   if (!uneven) {
     d.input_bytes = c.type == OpType::SCATTER ? 0 : bytes_of(c.inputs) + bytes_of(c.input_lists);
     d.output_bytes = c.type == OpType::GATHER ? 0 : bytes_of(c.outputs) + bytes_of(c.output_lists);
@@ -47,17 +59,33 @@ shm::OpDescriptor describe_call(const Collective& c, const char* algorithm) {
   return d;
 }
 
-constexpr int kFields = 8;
+constexpr int kFields = 8;  // int64 header fields: the descriptor, then the call's index
+constexpr int64_t kHeaderBytes = kFields * sizeof(int64_t);
+constexpr int64_t kBlockBytes = kHeaderBytes + CallCheck::kInlineBytes;
 
-at::Tensor encode(const shm::OpDescriptor& d) {
-  return at::tensor({static_cast<int64_t>(d.type), static_cast<int64_t>(d.dtype), static_cast<int64_t>(d.reduce_op),
-                     static_cast<int64_t>(d.root), static_cast<int64_t>(d.algorithm),
-                     static_cast<int64_t>(d.input_bytes), static_cast<int64_t>(d.output_bytes), int64_t{0}},
-                    at::kLong);
+// A rank's block: the descriptor and the call's index among the group's checked
+// calls, then `payload` (at most kInlineBytes; the rest zero).
+at::Tensor encode(const shm::OpDescriptor& d, uint64_t index, const at::Tensor& payload) {
+  at::Tensor block = at::zeros({kBlockBytes}, at::kByte);
+  int64_t* v = reinterpret_cast<int64_t*>(block.data_ptr<uint8_t>());
+  v[0] = d.type;
+  v[1] = d.dtype;
+  v[2] = d.reduce_op;
+  v[3] = d.root;
+  v[4] = d.algorithm;
+  v[5] = static_cast<int64_t>(d.input_bytes);
+  v[6] = static_cast<int64_t>(d.output_bytes);
+  v[7] = static_cast<int64_t>(index);
+  if (payload.defined()) block.narrow(0, kHeaderBytes, payload.numel()).copy_(payload);
+  return block;
 }
 
-shm::OpDescriptor decode(const at::Tensor& t) {
-  const auto* v = t.data_ptr<int64_t>();
+const int64_t* header(const at::Tensor& block) {
+  return reinterpret_cast<const int64_t*>(block.data_ptr<uint8_t>());
+}
+
+shm::OpDescriptor decode(const at::Tensor& block) {
+  const int64_t* v = header(block);
   shm::OpDescriptor d{};
   d.type = static_cast<int8_t>(v[0]);
   d.dtype = static_cast<int16_t>(v[1]);
@@ -92,29 +120,52 @@ void forward(Launched& inner, const std::vector<at::Tensor>& results,
 
 }  // namespace
 
-Launched CallCheck::run(const Collective& call, const char* algorithm, std::function<Launched()> start) {
-  const shm::OpDescriptor mine = describe_call(call, algorithm);
-  std::vector<at::Tensor> inputs{encode(mine)};
+Launched CallCheck::run(const Collective& call, uint16_t algorithm, std::function<Launched()> start) {
+  return exchange(call, algorithm, at::Tensor(),
+                  [start = std::move(start)](const std::vector<at::Tensor>&) { return start(); });
+}
+
+Launched CallCheck::run_inline(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
+                               std::function<void(const std::vector<at::Tensor>&)> finish) {
+  TORCH_INTERNAL_ASSERT(payload.scalar_type() == at::kByte && payload.dim() == 1 && payload.numel() <= kInlineBytes);
+  return exchange(call, algorithm, payload, [finish = std::move(finish)](const std::vector<at::Tensor>& payloads) {
+    finish(payloads);
+    return finished();
+  });
+}
+
+Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
+                             std::function<Launched(const std::vector<at::Tensor>&)> next) {
+  const shm::OpDescriptor mine = describe_call(call, algorithm, check_->getSize());
+  std::vector<at::Tensor> inputs{encode(mine, calls_.fetch_add(1, std::memory_order_relaxed), payload)};
   std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < check_->getSize(); ++r) outputs[0].push_back(at::empty({kFields}, at::kLong));
+  for (int r = 0; r < check_->getSize(); ++r) outputs[0].push_back(at::empty({kBlockBytes}, at::kByte));
   c10d::AllgatherOptions options;
   options.timeout = call.timeout;
   c10::intrusive_ptr<c10d::Work> work = check_->allgather(outputs, inputs, options);
   Launched out = pending();
   out.works.push_back(work);
   const int rank = check_->getRank();
-  work->getFuture()->addCallback([future = out.future, mine, inputs, outputs, rank, name = call.name,
-                                  results = call.result_tensors(),
-                                  start = std::move(start)](c10::ivalue::Future& done) {
+  const int64_t payload_bytes = payload.defined() ? payload.numel() : 0;
+  // The callback runs on the check group's thread, or here if the check already failed.
+  work->getFuture()->addCallback([self = shared_from_this(), future = out.future, mine, inputs, outputs, rank,
+                                  payload_bytes, name = call.name, results = call.result_tensors(),
+                                  next = std::move(next)](c10::ivalue::Future& done) {
     try {
       done.value();  // rethrows the check's own failure (timeout, dead peer)
+      const at::Tensor my_header = inputs[0].narrow(0, 0, kHeaderBytes);
+      std::vector<at::Tensor> payloads;
       for (int r = 0; r < static_cast<int>(outputs[0].size()); ++r) {
-        if (at::equal(outputs[0][r], inputs[0])) continue;
+        const at::Tensor& block = outputs[0][r];
+        payloads.push_back(block.narrow(0, kHeaderBytes, payload_bytes));
+        if (at::equal(block.narrow(0, 0, kHeaderBytes), my_header)) continue;
         // Every rank holds every descriptor, so every rank raises here.
         FC_CHECK(false, name, "ranks disagree on the collective: rank ", rank, " called ", shm::describe(mine),
-                 ", rank ", r, " called ", shm::describe(decode(outputs[0][r])));
+                 " as its call #", header(inputs[0])[kFields - 1], " through Gloo, rank ", r, " called ",
+                 shm::describe(decode(block)), " as its call #", header(block)[kFields - 1]);
       }
-      Launched inner = start();
+      FC_CHECK(!self->closed_.load(std::memory_order_acquire), name, "the group was shut down while the call waited");
+      Launched inner = next(payloads);
       forward(inner, results, future);
     } catch (...) {
       future->setError(std::current_exception());

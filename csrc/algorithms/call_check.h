@@ -16,13 +16,20 @@
 //
 // Order: `check` runs one thread, so checks complete in issue order, and each
 // starts its collective on the data group from that thread when it completes:
-// the data group sees the calls in issue order on every rank.
+// the data group sees the calls in issue order on every rank. Each descriptor
+// carries the call's index among this group's checked calls (for messages:
+// a rank that skipped a call, or had one refused locally, is one behind and
+// pairs up with its peers' next calls, caught only where those differ).
 //
-// Cost: one round of a 64-byte all_gather before each checked call (latency,
-// not bandwidth): benchmarks/small_messages.py measures it.
+// Cost: one round of a small all_gather before each checked call (latency,
+// not bandwidth). A call whose whole data fits in the check's block
+// (kInlineBytes: the small all_reduce of allreduce_via_allgather) travels
+// inside it and costs no round of its own: docs/algorithms.md measures both.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -30,18 +37,42 @@
 
 namespace fastcomm {
 
-class CallCheck {
+class CallCheck : public std::enable_shared_from_this<CallCheck> {
  public:
-  // `check`: a Gloo group of the same ranks, one thread, used for nothing else.
+  // `check`: a Gloo group of the same ranks, one thread, used for nothing else
+  // (but monitored_barrier, whose tags must follow the checks' order). Held
+  // by shared_ptr (a check in flight keeps it alive).
   explicit CallCheck(c10::intrusive_ptr<c10d::Backend> check) : check_(std::move(check)) {}
 
-  // Compares `call` (this rank's, run by `algorithm`) across the ranks; once
-  // every rank's matches, runs `start` on the check group's thread and
-  // completes the returned future as start's result completes. Never blocks.
-  Launched run(const Collective& call, const char* algorithm, std::function<Launched()> start);
+  // Compares `call` (this rank's, run by the algorithm whose
+  // shm::protocol_code is `algorithm`) across the ranks; once every rank's
+  // matches, runs `start` on the check group's thread and completes the
+  // returned future as start's result completes. Never blocks.
+  Launched run(const Collective& call, uint16_t algorithm, std::function<Launched()> start);
+
+  // The bytes a call may carry inside its check's block.
+  static constexpr int64_t kInlineBytes = 4096;
+
+  // As run, for a call whose data (`payload`, bytes, at most kInlineBytes)
+  // travels in the check itself: once every rank's descriptor matches, runs
+  // `finish` with every rank's payload (in rank order) on the check group's
+  // thread, and the call is done.
+  Launched run_inline(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
+                      std::function<void(const std::vector<at::Tensor>&)> finish);
+
+  // The group was shut down or aborted: checks still in flight fail instead
+  // of starting their calls.
+  void close() {
+    closed_.store(true, std::memory_order_release);
+  }
 
  private:
+  Launched exchange(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
+                    std::function<Launched(const std::vector<at::Tensor>&)> next);
+
   c10::intrusive_ptr<c10d::Backend> check_;
+  std::atomic<uint64_t> calls_{0};  // checked calls issued on this rank
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace fastcomm

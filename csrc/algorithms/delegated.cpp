@@ -1,6 +1,7 @@
 #include "algorithms/delegated.h"
 
 #include "core/errors.h"
+#include "transport/shm/engine.h"
 
 namespace fastcomm {
 
@@ -141,7 +142,11 @@ class Delegated final : public Algorithm {
  public:
   Delegated(std::string name, c10::DeviceType device, c10::intrusive_ptr<c10d::Backend> backend,
             std::shared_ptr<CallCheck> check)
-      : name_(std::move(name)), device_(device), backend_(std::move(backend)), check_(std::move(check)) {}
+      : name_(std::move(name)),
+        device_(device),
+        backend_(std::move(backend)),
+        check_(std::move(check)),
+        protocol_(shm::protocol_code(name_.c_str())) {}
 
   const char* name() const override {
     return name_.c_str();
@@ -152,8 +157,8 @@ class Delegated final : public Algorithm {
   }
 
   Launched launch(Collective& c, Dispatcher&) override {
-    if (!check_ || c.is_p2p() || c.compared) return delegate(*backend_, c);
-    return check_->run(c, name(), [backend = backend_, c]() mutable { return delegate(*backend, c); });
+    if (!check_ || c.is_p2p()) return delegate(*backend_, c);
+    return check_->run(c, protocol_, [backend = backend_, c]() mutable { return delegate(*backend, c); });
   }
 
  private:
@@ -161,6 +166,7 @@ class Delegated final : public Algorithm {
   c10::DeviceType device_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::shared_ptr<CallCheck> check_;  // null: calls go to the backend unchecked
+  uint16_t protocol_;                 // shm::protocol_code(name_), for the check
 };
 
 }  // namespace

@@ -104,10 +104,12 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_barrier_hierarchical(topology, transports_.leaders));
   }
   // Collectives that reach Gloo are compared across the ranks first (call_check.h).
-  auto check = transports_.check ? std::make_shared<CallCheck>(transports_.check) : nullptr;
-  if (check) dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes, transports_.gloo,
-                                                          check));
-  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo, check));
+  if (transports_.check) call_check_ = std::make_shared<CallCheck>(transports_.check);
+  if (call_check_) {
+    dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes, transports_.gloo,
+                                                 call_check_));
+  }
+  dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo, call_check_));
   if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl, nullptr));
   init();
 }
@@ -142,6 +144,9 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFastcomm::getBackendOptio
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chrono::milliseconds op_timeout) {
+  // A handle kept past destroy_process_group: the peers' ops would meet nothing (or stale state).
+  FC_CHECK(!closed_.load(std::memory_order_acquire), c.name, "this group was ", closed_how_,
+           " on this rank (a handle used after destroy_process_group?); make a new group");
   c.device = device_of(c);
   FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
            "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
@@ -331,7 +336,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::barrier(const c10d::Barrier
 void ProcessGroupFastcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   c10d::BarrierOptions o = opts;
   if (o.timeout == c10d::kUnsetTimeout) o.timeout = timeout();
-  transports_.gloo->monitoredBarrier(o, wait_all_ranks);
+  // On the check group where there is one: Gloo's monitored barrier takes its tags on the calling
+  // thread, and on the data group they would interleave with the checked calls' (taken on the
+  // check group's thread) in a different order on each rank.
+  (transports_.check ? transports_.check : transports_.gloo)->monitoredBarrier(o, wait_all_ranks);
 }
 
 void ProcessGroupFastcomm::setSequenceNumberForGroup() {
@@ -349,6 +357,10 @@ void ProcessGroupFastcomm::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 void ProcessGroupFastcomm::abort() {
+  closed_how_ = "aborted";
+  closed_.store(true, std::memory_order_release);
+  if (call_check_) call_check_->close();
+  if (transports_.check) transports_.check->abort();
   if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
   if (p2p_) p2p_->close(c10::str("rank ", rank_, " aborted the group"));
   transports_.gloo->abort();
@@ -356,6 +368,10 @@ void ProcessGroupFastcomm::abort() {
 }
 
 void ProcessGroupFastcomm::shutdown() {
+  if (!closed_.load(std::memory_order_relaxed)) closed_how_ = "shut down";
+  closed_.store(true, std::memory_order_release);
+  if (call_check_) call_check_->close();
+  if (transports_.check) transports_.check->shutdown();
   if (transports_.engine) transports_.engine->leave();  // local peers waiting for this rank stop now
   if (p2p_) p2p_->close(c10::str("rank ", rank_, " shut the group down"));
   transports_.gloo->shutdown();

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "algorithms/call_check.h"
 #include "algorithms/dispatcher.h"
 #include "core/collective.h"
 #include "core/config.h"
@@ -140,6 +141,11 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   Dispatcher dispatcher_;
   std::atomic<uint64_t> sequence_number_{0};      // collectives
   std::atomic<uint64_t> p2p_sequence_number_{0};  // send/recv
+  // Set by shutdown() and abort() (destroy_process_group): later calls raise on this rank, and the
+  // engine's leave() makes peers waiting for it raise too. closed_how_ is written before closed_.
+  std::atomic<bool> closed_{false};
+  const char* closed_how_ = "";
+  std::shared_ptr<CallCheck> call_check_;  // the Gloo paths' call check (groups of 2+ ranks)
 };
 
 }  // namespace fastcomm

@@ -66,16 +66,29 @@ void check_tensors(const Collective& c) {
     ++i;
     return false;  // every tensor
   });
-  for (const auto& t : c.written_tensors()) {
-    // An expand()ed view (stride 0) or the like: the results of several
-    // elements would land on one memory location.
-    FC_CHECK(t.layout() != c10::kStrided || at::has_internal_overlap(t) != at::MemOverlap::Yes, c.name,
-             "a tensor the op writes has elements that share memory (shape ", t.sizes(), ", strides ", t.strides(),
-             ", e.g. an expand()ed view): clone() it first");
-  }
   if (c.is_p2p() && c.inputs.size() == 1) {
     FC_CHECK(c.inputs[0].is_contiguous(), c.name, "the tensor must be contiguous (shape ", c.inputs[0].sizes(),
              ", strides ", c.inputs[0].strides(), ")");
+  }
+}
+
+// The tensors the op writes: none whose elements share memory, none that overlap another.
+void check_written(const Collective& c, int rank) {
+  // What the op writes: the broadcast root's tensor is only read.
+  const bool written = !(c.type == OpType::BROADCAST && c.peer == rank);
+  const std::vector<at::Tensor> outputs = written ? c.written_tensors() : std::vector<at::Tensor>{};
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& t = outputs[i];
+    if (t.layout() != c10::kStrided) continue;
+    // An expand()ed view (stride 0) or the like: several results would land on one memory location.
+    FC_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, c.name,
+             "a tensor the op writes has elements that share memory (shape ", t.sizes(), ", strides ", t.strides(),
+             ", e.g. an expand()ed view): clone() it first");
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      const at::MemOverlapStatus overlap = at::get_overlap_status(t, outputs[j]);
+      FC_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, c.name,
+               "output tensors ", i, " and ", j, " overlap: each output needs memory of its own");
+    }
   }
 }
 
@@ -242,6 +255,7 @@ void check_split_sizes(const char* op_name, const char* which, const std::vector
 void validate(const Collective& c, int rank, int world_size) {
   check_tensors(c);
   check_shapes(c, rank, world_size);
+  check_written(c, rank);
   if (c.is_reduction()) check_reduce_op(c.name, c.reduce_op, c.dtype(), c.device);
   if (c.wire) check_wire(c);
 }

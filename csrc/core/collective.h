@@ -66,9 +66,6 @@ struct Collective {
   // registered first (allreduce_low_precision_*) accept a collective with a
   // wire format; every other algorithm sees only collectives without one.
   std::optional<LowPrecisionWire> wire;
-  // Set on the parts of a call whose ranks already compared the call itself
-  // (algorithms/call_check.h): the delegate does not compare them again.
-  bool compared = false;
 
   // Calls `f` on every tensor this call touches (inputs, input lists, outputs,
   // output lists) until it returns true; returns whether it did. No copies:

@@ -66,3 +66,27 @@ def gather_against_scatter(rank, world_size):
         message = _expect_disagreement(lambda: dist.scatter(x, None, src=0))
     _still_works(rank, world_size)
     return message
+
+
+def legitimate_calls_pass(rank, world_size):
+    """Calls torch accepts that differ between ranks only in form: all_to_all_single
+    with explicit even splits on rank 0 and none elsewhere; a monitored barrier
+    between an async call and its wait (its tags must not overtake the call's)."""
+    import datetime
+
+    import fastcomm
+
+    n, rows = world_size, 3
+    inp = torch.arange(n * rows, dtype=torch.float32) + 100 * rank
+    out = torch.zeros(n * rows)
+    splits = [rows] * n if rank == 0 else None
+    dist.all_to_all_single(out, inp, output_split_sizes=splits, input_split_sizes=splits)
+    expected = torch.cat([torch.arange(rank * rows, (rank + 1) * rows, dtype=torch.float32) + 100 * s for s in range(n)])
+    assert torch.equal(out, expected), out
+    t = torch.full((1 << 18,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    fastcomm.fastcomm_backend().monitored_barrier(datetime.timedelta(seconds=30), True)
+    work.wait()
+    assert torch.equal(t, torch.full_like(t, float(n * (n + 1) // 2)))
+    _still_works(rank, world_size)
+

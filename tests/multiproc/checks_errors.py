@@ -101,3 +101,27 @@ def cuda_without_nccl(rank, world_size):
 
     reason = backend._cuda_unavailable_reason()
     assert reason in ("this torch build has no NCCL", "no CUDA device is visible"), reason
+
+
+def destroyed_subgroup_handle(rank, world_size):
+    """A subgroup's handle used after destroy_process_group raises on every rank
+    (through torch's function and through the backend object), whenever each
+    rank gets there, and the default group still works."""
+    import time
+
+    group = dist.new_group(list(range(world_size)))
+    backend = group._get_backend(torch.device("cpu"))
+    t = torch.ones(4)
+    dist.all_reduce(t, group=group)
+    assert torch.equal(t, torch.full((4,), float(world_size)))
+    dist.destroy_process_group(group)
+    time.sleep(0.3 * rank)  # ranks arrive apart
+    for call in (lambda: dist.all_reduce(torch.ones(4), group=group),
+                 lambda: backend.allreduce([torch.ones(4)]).wait()):
+        try:
+            call()
+        except (RuntimeError, ValueError) as error:
+            assert re.search(r"this group was shut down on this rank|not initialized", str(error)), error
+        else:
+            raise AssertionError("a destroyed group's handle ran a collective")
+    _group_still_works(world_size)

@@ -71,3 +71,11 @@ def test_a_segment_larger_than_the_machine_is_refused(tmp_path):
     for rank, line in results.items():
         assert line.startswith("ValueError: fastcomm: set-up refused: FASTCOMM_SHM_SLOT_BYTES=1099511627776"), line
         assert re.search(r"at most \d+ B per slot for 2 ranks on a host", line), line
+
+
+def test_a_group_made_again_agrees_afresh(tmp_path):
+    results = _run("made_again", [{"FASTCOMM_SHM": "0"}] * 2, tmp_path)
+    for rank, line in results.items():
+        assert line.startswith("RuntimeError: fastcomm "), (rank, line)
+        assert "ranks disagree on the collective" in line, (rank, line)
+        assert "by allreduce_via_allgather" in line and "by gloo_fallback" in line, (rank, line)

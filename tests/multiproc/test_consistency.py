@@ -17,6 +17,11 @@ def test_mismatched_calls_raise_on_every_rank(pool_of, topology):
         assert "ALLREDUCE of Float" in per_rank[0] and "_ALLGATHER_BASE of Float" in per_rank[0], per_rank[0]
 
 
+@pytest.mark.parametrize("topology", GLOO_PATHS)
+def test_legitimate_calls_pass(pool_of, topology):
+    pool_of(topology).run(checks_call_check.legitimate_calls_pass)
+
+
 def test_gather_against_scatter_on_one_host(pool_of):
     messages = pool_of("ws2").run(checks_call_check.gather_against_scatter)
     assert all("GATHER" in m and "SCATTER" in m for m in messages), messages

@@ -9,3 +9,7 @@ def test_bad_inputs(ranks):
 
 def test_cuda_reason(ranks2):
     ranks2.run(checks.cuda_without_nccl)
+
+
+def test_destroyed_subgroup_handle(ranks):
+    ranks.run(checks.destroyed_subgroup_handle)

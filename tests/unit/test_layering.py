@@ -141,3 +141,25 @@ def test_checkers_see_upward_edges():
     assert python_violations({"_options.py": "from fastcomm import _C\n"})
     assert python_violations({"nn/x.py": "import fastcomm.hooks.state\n"})
     assert python_violations({"hooks/x.py": "from fastcomm.hooks.state import HookState\nfrom . import y\n"}) == []
+
+
+def _protocol_code(name: str) -> int:
+    """transport/shm/engine.cpp's protocol_code: FNV-1a of the name, folded to 16 bits."""
+    h = 2166136261
+    for byte in name.encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return (h >> 16) ^ (h & 0xFFFF)
+
+
+def test_algorithm_codes_differ():
+    """Ranks compare the code of the algorithm each runs (OpDescriptor::algorithm):
+    two algorithms with one code would pass for each other."""
+    names = set()
+    for text in _read(CSRC / "algorithms", ("*.cpp",)).values():
+        names.update(re.findall(r'const char\* name\(\) const override \{\s*return "([a-z0-9_]+)";', text))
+    names.update({"gloo_fallback", "nccl"})  # the delegates' names, given at registration
+    assert len(names) > 30, sorted(names)
+    codes = {}
+    for name in sorted(names):
+        assert _protocol_code(name) not in codes, (name, codes.get(_protocol_code(name)))
+        codes[_protocol_code(name)] = name

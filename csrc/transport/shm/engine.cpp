@@ -26,10 +26,11 @@ bool same(const OpDescriptor& a, const OpDescriptor& b) {
          a.output_bytes == b.output_bytes;
 }
 
-// The names protocol_code has seen, by code (read only to describe a mismatch).
+// The names protocol_code has seen, by code (read only to describe a mismatch);
+// copies, since an algorithm's name may die with its group.
 std::mutex protocol_names_mutex;
-std::map<uint16_t, const char*>& protocol_names() {
-  static std::map<uint16_t, const char*> names;
+std::map<uint16_t, std::string>& protocol_names() {
+  static std::map<uint16_t, std::string> names;
   return names;
 }
 
@@ -40,7 +41,7 @@ uint16_t protocol_code(const char* name) {
   for (const char* p = name; *p; ++p) hash = (hash ^ static_cast<uint8_t>(*p)) * 16777619u;
   const auto code = static_cast<uint16_t>((hash >> 16) ^ (hash & 0xffff));
   std::lock_guard<std::mutex> lock(protocol_names_mutex);
-  protocol_names().emplace(code, name);
+  protocol_names().try_emplace(code, name);
   return code;
 }
 
@@ -49,7 +50,7 @@ namespace {
 std::string algorithm_name(uint16_t code) {
   std::lock_guard<std::mutex> lock(protocol_names_mutex);
   const auto it = protocol_names().find(code);
-  return it != protocol_names().end() ? std::string(it->second) : c10::str("algorithm #", code);
+  return it != protocol_names().end() ? it->second : c10::str("algorithm #", code);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@ algorithm_differs: agreement on options switched off in this process (the
                    the group must still work.
 slot_too_large:    FASTCOMM_SHM_SLOT_BYTES of 1 TiB: refused at creation on every
                    rank, naming the limit, before any memory is touched.
+made_again:        a default group made, destroyed and made again
+                   (FASTCOMM_SHM=0): a mismatch on the second must still name
+                   the algorithms, whose first registrations died with the first.
 Prints 'RESULT <rank> ok <details>' or 'RESULT <rank> <error type>: <message>'.
 """
 import datetime
@@ -42,12 +45,36 @@ def exact_all_reduces() -> None:
         assert torch.equal(t, torch.full_like(t, expected)), (numel, t[:4])
 
 
+def made_again(store) -> None:
+    timeout = datetime.timedelta(seconds=20)
+    for incarnation in range(2):
+        group_store = dist.PrefixStore(f"incarnation-{incarnation}/", store)
+        dist.init_process_group("fastcomm", store=group_store, rank=rank, world_size=world_size, timeout=timeout)
+        t = torch.full((2,), float(rank + 1))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((2,), 3.0)), t
+        if incarnation == 0:
+            dist.destroy_process_group()
+    try:
+        if rank == 0:
+            dist.all_reduce(torch.ones(8))
+        else:
+            dist.all_gather_into_tensor(torch.zeros(8 * world_size), torch.ones(8))
+        report("ok no error")
+    except RuntimeError as error:
+        report(f"{type(error).__name__}: {error}")
+    dist.destroy_process_group()
+
+
 def main() -> None:
     if scenario == "affinity_differs" and rank == 1:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     if scenario == "algorithm_differs":
         fastcomm._agreement.AGREED_FIELDS = ()
     store = dist.FileStore(store_path, world_size)
+    if scenario == "made_again":
+        made_again(store)
+        return
     try:
         dist.init_process_group("fastcomm", store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=20))
