@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/shm_common.h"
 #include "core/errors.h"
 #include "transport/shm/engine.h"
 
@@ -59,7 +60,7 @@ shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm, int wor
   return d;
 }
 
-constexpr int kFields = 8;  // int64 header fields: the descriptor, then the call's index
+constexpr int kFields = kDescriptorFields + 1;  // int64 header fields: the descriptor, then the call's index
 constexpr int64_t kHeaderBytes = kFields * sizeof(int64_t);
 constexpr int64_t kBlockBytes = kHeaderBytes + CallCheck::kInlineBytes;
 
@@ -68,14 +69,8 @@ constexpr int64_t kBlockBytes = kHeaderBytes + CallCheck::kInlineBytes;
 at::Tensor encode(const shm::OpDescriptor& d, uint64_t index, const at::Tensor& payload) {
   at::Tensor block = at::zeros({kBlockBytes}, at::kByte);
   int64_t* v = reinterpret_cast<int64_t*>(block.data_ptr<uint8_t>());
-  v[0] = d.type;
-  v[1] = d.dtype;
-  v[2] = d.reduce_op;
-  v[3] = d.root;
-  v[4] = d.algorithm;
-  v[5] = static_cast<int64_t>(d.input_bytes);
-  v[6] = static_cast<int64_t>(d.output_bytes);
-  v[7] = static_cast<int64_t>(index);
+  descriptor_to_fields(d, v);
+  v[kDescriptorFields] = static_cast<int64_t>(index);
   if (payload.defined()) block.narrow(0, kHeaderBytes, payload.numel()).copy_(payload);
   return block;
 }
@@ -85,16 +80,7 @@ const int64_t* header(const at::Tensor& block) {
 }
 
 shm::OpDescriptor decode(const at::Tensor& block) {
-  const int64_t* v = header(block);
-  shm::OpDescriptor d{};
-  d.type = static_cast<int8_t>(v[0]);
-  d.dtype = static_cast<int16_t>(v[1]);
-  d.reduce_op = static_cast<int8_t>(v[2]);
-  d.root = static_cast<int16_t>(v[3]);
-  d.algorithm = static_cast<uint16_t>(v[4]);
-  d.input_bytes = static_cast<uint64_t>(v[5]);
-  d.output_bytes = static_cast<uint64_t>(v[6]);
-  return d;
+  return descriptor_from_fields(header(block));
 }
 
 // Completes `future` as `inner` completes (its results, or its error).
@@ -148,7 +134,7 @@ Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const a
   const int rank = check_->getRank();
   const int64_t payload_bytes = payload.defined() ? payload.numel() : 0;
   // The callback runs on the check group's thread, or here if the check already failed.
-  work->getFuture()->addCallback([self = shared_from_this(), future = out.future, mine, inputs, outputs, rank,
+  work->getFuture()->addCallback([closed = closed_, future = out.future, mine, inputs, outputs, rank,
                                   payload_bytes, name = call.name, results = call.result_tensors(),
                                   next = std::move(next)](c10::ivalue::Future& done) {
     try {
@@ -164,7 +150,7 @@ Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const a
                  " as its call #", header(inputs[0])[kFields - 1], " through Gloo, rank ", r, " called ",
                  shm::describe(decode(block)), " as its call #", header(block)[kFields - 1]);
       }
-      FC_CHECK(!self->closed_.load(std::memory_order_acquire), name, "the group was shut down while the call waited");
+      FC_CHECK(!closed->load(std::memory_order_acquire), name, "the group was shut down while the call waited");
       Launched inner = next(payloads);
       forward(inner, results, future);
     } catch (...) {

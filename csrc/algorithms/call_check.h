@@ -37,11 +37,10 @@
 
 namespace fastcomm {
 
-class CallCheck : public std::enable_shared_from_this<CallCheck> {
+class CallCheck {
  public:
   // `check`: a Gloo group of the same ranks, one thread, used for nothing else
-  // (but monitored_barrier, whose tags must follow the checks' order). Held
-  // by shared_ptr (a check in flight keeps it alive).
+  // (but monitored_barrier, whose tags must follow the checks' order).
   explicit CallCheck(c10::intrusive_ptr<c10d::Backend> check) : check_(std::move(check)) {}
 
   // Compares `call` (this rank's, run by the algorithm whose
@@ -63,7 +62,7 @@ class CallCheck : public std::enable_shared_from_this<CallCheck> {
   // The group was shut down or aborted: checks still in flight fail instead
   // of starting their calls.
   void close() {
-    closed_.store(true, std::memory_order_release);
+    closed_->store(true, std::memory_order_release);
   }
 
  private:
@@ -72,7 +71,10 @@ class CallCheck : public std::enable_shared_from_this<CallCheck> {
 
   c10::intrusive_ptr<c10d::Backend> check_;
   std::atomic<uint64_t> calls_{0};  // checked calls issued on this rank
-  std::atomic<bool> closed_{false};
+  // Shared with the checks in flight, which must not hold the CallCheck: the
+  // last reference to the check group dropped on that group's own thread
+  // would make it join itself.
+  std::shared_ptr<std::atomic<bool>> closed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace fastcomm

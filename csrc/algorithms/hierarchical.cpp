@@ -20,11 +20,9 @@ class CrossHostCheck {
     // (a local rank in the engine) only names it in the error message.
     const int64_t root = rooted ? c.peer : -1;
     mine_.root = static_cast<int16_t>(root);
-    at::Tensor encoded = at::tensor({static_cast<int64_t>(mine_.type), static_cast<int64_t>(mine_.dtype),
-                                     static_cast<int64_t>(mine_.reduce_op), root,
-                                     static_cast<int64_t>(mine_.input_bytes), static_cast<int64_t>(mine_.output_bytes),
-                                     static_cast<int64_t>(mine_.algorithm)},
-                                    at::kLong);
+    at::Tensor encoded = at::empty({kDescriptorFields}, at::kLong);
+    descriptor_to_fields(mine_, encoded.data_ptr<int64_t>());
+    encoded.data_ptr<int64_t>()[3] = root;
     inputs_ = {encoded};
     outputs_.resize(1);
     for (int h = 0; h < leaders_->getSize(); ++h) outputs_[0].push_back(at::empty_like(encoded));
@@ -41,15 +39,7 @@ class CrossHostCheck {
     const at::Tensor& mine = inputs_[0];
     for (int h = 0; h < static_cast<int>(outputs_[0].size()); ++h) {
       if (at::equal(outputs_[0][h], mine)) continue;
-      const auto* v = outputs_[0][h].data_ptr<int64_t>();
-      shm::OpDescriptor theirs{};
-      theirs.type = static_cast<int8_t>(v[0]);
-      theirs.dtype = static_cast<int16_t>(v[1]);
-      theirs.reduce_op = static_cast<int8_t>(v[2]);
-      theirs.root = static_cast<int16_t>(v[3]);
-      theirs.input_bytes = static_cast<uint64_t>(v[4]);
-      theirs.output_bytes = static_cast<uint64_t>(v[5]);
-      theirs.algorithm = static_cast<uint16_t>(v[6]);
+      const shm::OpDescriptor theirs = descriptor_from_fields(outputs_[0][h].data_ptr<int64_t>());
       throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ",
                                         leaders_->getRank(), "'s ranks called ", shm::describe(mine_), ", host ", h,
                                         "'s ranks called ", shm::describe(theirs)));

@@ -37,6 +37,28 @@ shm::OpDescriptor shm_describe(uint16_t algorithm, const Collective& c, int64_t 
   return d;
 }
 
+void descriptor_to_fields(const shm::OpDescriptor& d, int64_t* fields) {
+  fields[0] = d.type;
+  fields[1] = d.dtype;
+  fields[2] = d.reduce_op;
+  fields[3] = d.root;
+  fields[4] = d.algorithm;
+  fields[5] = static_cast<int64_t>(d.input_bytes);
+  fields[6] = static_cast<int64_t>(d.output_bytes);
+}
+
+shm::OpDescriptor descriptor_from_fields(const int64_t* fields) {
+  shm::OpDescriptor d{};
+  d.type = static_cast<int8_t>(fields[0]);
+  d.dtype = static_cast<int16_t>(fields[1]);
+  d.reduce_op = static_cast<int8_t>(fields[2]);
+  d.root = static_cast<int16_t>(fields[3]);
+  d.algorithm = static_cast<uint16_t>(fields[4]);
+  d.input_bytes = static_cast<uint64_t>(fields[5]);
+  d.output_bytes = static_cast<uint64_t>(fields[6]);
+  return d;
+}
+
 namespace {
 
 // One engine op, now, on this thread: null, or what stopped it.

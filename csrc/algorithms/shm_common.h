@@ -105,6 +105,13 @@ ShmReduction shm_reduction(const Collective& c);
 shm::OpDescriptor shm_describe(uint16_t algorithm, const Collective& c, int64_t input_bytes, int64_t output_bytes,
                                int root);
 
+// An OpDescriptor as int64 fields, for the exchanges that compare calls
+// through Gloo (call_check.h, hierarchical.h): type, dtype, reduce op, root,
+// algorithm, input bytes, output bytes. op_index is not carried.
+constexpr int kDescriptorFields = 7;
+void descriptor_to_fields(const shm::OpDescriptor& d, int64_t* fields);
+shm::OpDescriptor descriptor_from_fields(const int64_t* fields);
+
 // Runs `body` as one engine op for `c` and returns it finished: succeeded, or
 // failed with what body threw (no future: algorithm.h's future_of). The
 // engine's waits end c.timeout + `grace` after the op began.

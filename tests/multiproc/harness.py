@@ -117,3 +117,22 @@ class RankPool:
                 p.kill()
                 p.join(timeout=10)
         self._dir.cleanup()
+
+
+def run_ranks(argv_of_rank: Callable[[int], list[str]], envs: list[dict], timeout: float) -> str:
+    """Starts one process per entry of `envs` (rank r: `argv_of_rank(r)`, the
+    environment plus envs[r]) and returns their output together, stdout and
+    stderr, once all ended; every one is killed by `timeout` seconds."""
+    import subprocess
+
+    procs = [subprocess.Popen(argv_of_rank(rank), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, **extra})
+             for rank, extra in enumerate(envs)]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    return "\n".join(outputs)

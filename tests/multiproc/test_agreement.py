@@ -3,10 +3,11 @@ on every rank (fastcomm/_agreement.py); the engine compares the algorithm of
 every op (programs/agreement.py, fresh processes per case)."""
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+
+from harness import run_ranks
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 
@@ -14,20 +15,8 @@ PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 def _run(scenario: str, envs: list[dict], tmp_path, timeout: float = 120) -> dict[int, str]:
     """Runs one rank per entry of `envs` (extra environment of that rank); each rank's RESULT line."""
     store = str(tmp_path / "store")
-    procs = []
-    for rank, extra in enumerate(envs):
-        env = {**os.environ, **extra}
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.join(PROGRAMS, "agreement.py"), scenario, str(rank), str(len(envs)), store],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    text = "\n".join(outputs)
+    program = os.path.join(PROGRAMS, "agreement.py")
+    text = run_ranks(lambda rank: [sys.executable, program, scenario, str(rank), str(len(envs)), store], envs, timeout)
     results = {int(r): rest for r, rest in re.findall(r"^RESULT (\d+) (.*)$", text, re.MULTILINE)}
     assert sorted(results) == list(range(len(envs))), text
     return results

@@ -11,29 +11,21 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import pytest
+
+from harness import run_ranks
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "fuzz.py")
 
 
 def run_fuzz(envs: list[dict], seed: int, ops: int, mismatches: bool, store_dir: str, timeout: float) -> str:
     """Runs one fuzz rank per entry of `envs`; checks every op's outcomes agree; returns the output."""
-    procs = [subprocess.Popen([sys.executable, PROGRAM, str(rank), str(len(envs)), os.path.join(store_dir, "store"),
-                               str(seed), str(ops), "1" if mismatches else "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **extra})
-             for rank, extra in enumerate(envs)]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    text = "\n".join(outputs)
+    store = os.path.join(store_dir, "store")
+    text = run_ranks(lambda rank: [sys.executable, PROGRAM, str(rank), str(len(envs)), store, str(seed), str(ops),
+                                   "1" if mismatches else "0"], envs, timeout)
     check_outcomes(text, len(envs), ops)
     return text
 
