@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <ATen/Parallel.h>
+
 #include "algorithms/shm_common.h"
 #include "core/errors.h"
 #include "transport/shm/engine.h"
@@ -83,15 +85,25 @@ shm::OpDescriptor decode(const at::Tensor& block) {
   return descriptor_from_fields(header(block));
 }
 
+// Completes `future` off the check group's one thread: the future's callbacks
+// (a DDP hook's next step) may issue a collective and wait for it, whose check
+// needs that thread.
+void complete_elsewhere(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error,
+                        std::vector<at::Tensor> results) {
+  at::launch([future, error, results = std::move(results)]() {
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(results));
+    }
+  });
+}
+
 // Completes `future` as `inner` completes (its results, or its error).
 void forward(Launched& inner, const std::vector<at::Tensor>& results,
              const c10::intrusive_ptr<c10::ivalue::Future>& future) {
   if (inner.finished) {
-    if (inner.error) {
-      future->setError(inner.error);
-    } else {
-      future->markCompleted(c10::IValue(results));
-    }
+    complete_elsewhere(future, inner.error, results);
     return;
   }
   TORCH_INTERNAL_ASSERT(inner.future, "fastcomm: a checked call must have a future");
@@ -154,7 +166,7 @@ Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const a
       Launched inner = next(payloads);
       forward(inner, results, future);
     } catch (...) {
-      future->setError(std::current_exception());
+      complete_elsewhere(future, std::current_exception(), {});
     }
   });
   return out;
