@@ -1,8 +1,7 @@
 #include "algorithms/call_check.h"
 
 #include <algorithm>
-
-#include <ATen/Parallel.h>
+#include <thread>
 
 #include "algorithms/shm_common.h"
 #include "core/errors.h"
@@ -85,18 +84,20 @@ shm::OpDescriptor decode(const at::Tensor& block) {
   return descriptor_from_fields(header(block));
 }
 
-// Completes `future` off the check group's one thread: the future's callbacks
-// (a DDP hook's next step) may issue a collective and wait for it, whose check
-// needs that thread.
+// Completes `future` off the check group's one thread, on a thread of its own:
+// the future's callbacks (a DDP hook's next step: torch's PowerSGD) may issue
+// a collective and wait for it, whose check needs the check thread, and any
+// pool of threads they could block would run out the same way. Detached: it
+// ends once the callbacks return, which a blocked one does by its timeout.
 void complete_elsewhere(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error,
                         std::vector<at::Tensor> results) {
-  at::launch([future, error, results = std::move(results)]() {
+  std::thread([future, error, results = std::move(results)]() {
     if (error) {
       future->setError(error);
     } else {
       future->markCompleted(c10::IValue(results));
     }
-  });
+  }).detach();
 }
 
 // Completes `future` as `inner` completes (its results, or its error).
