@@ -54,7 +54,7 @@ class AllgatherHierarchical final : public HierarchicalAlgorithm {
     std::vector<char*> host_blocks(mine.size());  // where each local rank's bytes go
     for (size_t q = 0; q < mine.size(); ++q) host_blocks[q] = block(mine[q]);
     // A piece is cut from the whole output (N blocks): the leader's bytes in flight stay near 2 pieces.
-    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, total, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
 
     PipelinedSteps steps;

@@ -38,7 +38,7 @@ class AllreduceHierarchical final : public HierarchicalAlgorithm {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
     // At most 4 pieces: each is a Gloo all_reduce, which costs more per op than send/recv.
-    const size_t piece = pipeline_piece_bytes(std::max(max_piece_, r.total / 4), r.element);
+    const size_t piece = pipeline_piece_bytes(std::max(max_piece_, r.total / 4), r.element, r.total);
     auto piece_of = [&](size_t k) {
       ShmReduction p = r;
       p.data = r.data + k * piece;

@@ -29,20 +29,15 @@ int64_t bytes_of(const std::vector<std::vector<at::Tensor>>& lists) {
   return total;
 }
 
-// all_to_all_single whose splits are empty or all dim0 / world_size on both sides.
-bool evenly_split(const Collective& c, int world_size) {
-  auto even = [world_size](const std::vector<int64_t>& splits, const at::Tensor& t) {
-    const int64_t rows = t.dim() > 0 ? t.size(0) / world_size : 0;
-    return std::all_of(splits.begin(), splits.end(), [rows](int64_t s) { return s == rows; });
-  };
-  return even(c.input_splits, c.inputs[0]) && even(c.output_splits, c.outputs[0]);
+bool is_alltoall(const Collective& c) {
+  return c.type == OpType::ALLTOALL || c.type == OpType::ALLTOALL_BASE;
 }
 
 // What every rank must agree on. Sizes that may differ between ranks of one
 // correct call are left out: a gather's outputs and a scatter's inputs exist
-// on the root only; all_to_all may be uneven (explicit even splits count as
-// even: torch lets one rank pass them and another none).
-shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm, int world_size) {
+// on the root only; all_to_all's may differ (uneven splits, or one rank even
+// and another not), and its pairs are compared instead (alltoall_pairs).
+shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm) {
   shm::OpDescriptor d{};
   d.type = static_cast<int8_t>(c.type);
   const at::ScalarType dtype = c.dtype();
@@ -52,13 +47,47 @@ shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm, int wor
       c.type == OpType::BROADCAST || c.type == OpType::REDUCE || c.type == OpType::GATHER || c.type == OpType::SCATTER;
   d.root = rooted ? static_cast<int16_t>(c.peer) : -1;
   d.algorithm = algorithm;
-  const bool uneven =
-      c.type == OpType::ALLTOALL || (c.type == OpType::ALLTOALL_BASE && !evenly_split(c, world_size));
-  if (!uneven) {
+  if (!is_alltoall(c)) {
     d.input_bytes = c.type == OpType::SCATTER ? 0 : bytes_of(c.inputs) + bytes_of(c.input_lists);
     d.output_bytes = c.type == OpType::GATHER ? 0 : bytes_of(c.outputs) + bytes_of(c.output_lists);
   }
   return d;
+}
+
+// An all_to_all's bytes to each peer, then from each peer (2n int64), as
+// bytes; undefined for other calls and for groups over kMaxPairedRanks.
+static_assert(2 * CallCheck::kMaxPairedRanks * sizeof(int64_t) <= CallCheck::kInlineBytes,
+              "an all_to_all's pairs travel inside its check");
+at::Tensor alltoall_pairs(const Collective& c, int n) {
+  if (!is_alltoall(c) || n > CallCheck::kMaxPairedRanks) return at::Tensor();
+  at::Tensor pairs = at::empty({2 * n}, at::kLong);
+  int64_t* v = pairs.data_ptr<int64_t>();
+  if (c.type == OpType::ALLTOALL) {
+    for (int q = 0; q < n; ++q) {
+      v[q] = static_cast<int64_t>(c.inputs[q].nbytes());
+      v[n + q] = static_cast<int64_t>(c.outputs[q].nbytes());
+    }
+  } else {
+    std::vector<uint64_t> offsets(n), lengths(n);
+    alltoall_blocks(c.inputs[0], c.input_splits, n, offsets, lengths);
+    for (int q = 0; q < n; ++q) v[q] = static_cast<int64_t>(lengths[q]);
+    alltoall_blocks(c.outputs[0], c.output_splits, n, offsets, lengths);
+    for (int q = 0; q < n; ++q) v[n + q] = static_cast<int64_t>(lengths[q]);
+  }
+  return pairs.view(at::kByte);
+}
+
+// Every rank holds every rank's pairs (alltoall_pairs), so every rank raises
+// alike where what rank r sends to rank q is not what q expects from r.
+void check_pairs(const char* name, const std::vector<at::Tensor>& payloads, int n) {
+  auto pairs_of = [&payloads](int r) { return reinterpret_cast<const int64_t*>(payloads[r].data_ptr<uint8_t>()); };
+  for (int r = 0; r < n; ++r) {
+    for (int q = 0; q < n; ++q) {
+      const int64_t sends = pairs_of(r)[q], expects = pairs_of(q)[n + r];
+      FC_CHECK(sends == expects, name, "ranks disagree on the collective: its sizes do not pair up: rank ", r, " sends ", sends,
+               " bytes to rank ", q, ", which expects ", expects, " bytes from it");
+    }
+  }
 }
 
 constexpr int kFields = kDescriptorFields + 1;  // int64 header fields: the descriptor, then the call's index
@@ -120,8 +149,14 @@ void forward(Launched& inner, const std::vector<at::Tensor>& results,
 }  // namespace
 
 Launched CallCheck::run(const Collective& call, uint16_t algorithm, std::function<Launched()> start) {
-  return exchange(call, algorithm, at::Tensor(),
-                  [start = std::move(start)](const std::vector<at::Tensor>&) { return start(); });
+  const int n = check_->getSize();
+  at::Tensor pairs = alltoall_pairs(call, n);
+  const bool paired = pairs.defined();
+  return exchange(call, algorithm, pairs,
+                  [start = std::move(start), paired, n, name = call.name](const std::vector<at::Tensor>& payloads) {
+                    if (paired) check_pairs(name, payloads, n);
+                    return start();
+                  });
 }
 
 Launched CallCheck::run_inline(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
@@ -135,7 +170,7 @@ Launched CallCheck::run_inline(const Collective& call, uint16_t algorithm, const
 
 Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
                              std::function<Launched(const std::vector<at::Tensor>&)> next) {
-  const shm::OpDescriptor mine = describe_call(call, algorithm, check_->getSize());
+  const shm::OpDescriptor mine = describe_call(call, algorithm);
   std::vector<at::Tensor> inputs{encode(mine, calls_.fetch_add(1, std::memory_order_relaxed), payload)};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < check_->getSize(); ++r) outputs[0].push_back(at::empty({kBlockBytes}, at::kByte));

@@ -17,9 +17,13 @@
 // Order: `check` runs one thread, so checks complete in issue order, and each
 // starts its collective on the data group from that thread when it completes:
 // the data group sees the calls in issue order on every rank. Each descriptor
-// carries the call's index among this group's checked calls (for messages:
-// a rank that skipped a call, or had one refused locally, is one behind and
-// pairs up with its peers' next calls, caught only where those differ).
+// carries the call's index among this group's calls, refused ones included
+// (skip()): a rank that refused a call on its own, while its peers run it,
+// disagrees with them from its next call on instead of pairing up with them.
+//
+// all_to_all: the ranks' sizes may differ by design (uneven splits), so each
+// rank sends, inside the check, what it sends to and expects from every peer
+// (groups up to kMaxPairedRanks), and every rank verifies that the pairs match.
 //
 // Cost: one round of a small all_gather before each checked call (latency,
 // not bandwidth). A call whose whole data fits in the check's block
@@ -59,6 +63,16 @@ class CallCheck {
   Launched run_inline(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
                       std::function<void(const std::vector<at::Tensor>&)> finish);
 
+  // A call this rank refused before its check (a bad argument on this rank
+  // only): counted, so that the next call's index tells the ranks apart.
+  void skip() {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The largest group whose all_to_all has its pairs compared (two int64 per
+  // peer in kInlineBytes); larger groups compare its op and dtype only.
+  static constexpr int kMaxPairedRanks = 256;
+
   // The group was shut down or aborted: checks still in flight fail instead
   // of starting their calls.
   void close() {
@@ -70,7 +84,7 @@ class CallCheck {
                     std::function<Launched(const std::vector<at::Tensor>&)> next);
 
   c10::intrusive_ptr<c10d::Backend> check_;
-  std::atomic<uint64_t> calls_{0};  // checked calls issued on this rank
+  std::atomic<uint64_t> calls_{0};  // calls issued (checked or refused) on this rank
   // Shared with the checks in flight, which must not hold the CallCheck: the
   // last reference to the check group dropped on that group's own thread
   // would make it join itself.

@@ -203,8 +203,11 @@ HostLayout::HostLayout(const ShmTopology& topology) {
   my_host = hosts ? topology.host_of_rank[topology.group_rank] : 0;
 }
 
-size_t pipeline_piece_bytes(size_t max_piece, size_t element, int blocks) {
-  return std::max(element, max_piece / blocks / element * element);
+size_t pipeline_piece_bytes(size_t max_piece, size_t element, size_t block_bytes, int blocks) {
+  const size_t configured = max_piece / blocks / element * element;
+  // The smallest multiple of `element` above block_bytes / kMaxPipelinePieces.
+  const size_t fewest = (block_bytes / kMaxPipelinePieces + element) / element * element;
+  return std::max({element, configured, fewest});
 }
 
 at::Tensor HierarchicalAlgorithm::relay_buffer(const RootPlacement& root, size_t piece,

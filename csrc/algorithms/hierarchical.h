@@ -86,12 +86,18 @@ struct HostLayout {
 // Bytes per block per piece of a pipelined algorithm: `max_piece`
 // (Config::pipeline_piece_bytes) of its largest buffer (all_reduce: the
 // tensor; all_gather and gather: the output; reduce_scatter and scatter: the
-// input), which holds `blocks` blocks (1, or N per-rank blocks), as a multiple
-// of `element`. Messages up to one piece run unpipelined. Larger pieces cost
-// fewer Gloo ops (a CPU-bound host gains), smaller ones keep less in flight on
-// the link (a congested one gains): measured in docs/algorithms.md. A piece
-// may span several engine rounds.
-size_t pipeline_piece_bytes(size_t max_piece, size_t element, int blocks = 1);
+// input), which holds `blocks` blocks (1, or N per-rank blocks) of
+// `block_bytes` each, as a multiple of `element`; large enough that a block
+// has at most kMaxPipelinePieces pieces. Messages up to one piece run
+// unpipelined. Larger pieces cost fewer Gloo ops (a CPU-bound host gains),
+// smaller ones keep less in flight on the link (a congested one gains):
+// measured in docs/algorithms.md. A piece may span several engine rounds.
+size_t pipeline_piece_bytes(size_t max_piece, size_t element, size_t block_bytes, int blocks = 1);
+
+// Past this many pieces the Gloo ops' own cost (about a millisecond each on a
+// shaped link) outweighs the overlap that pipelining buys: a small
+// FASTCOMM_PIPELINE_PIECE_BYTES must not turn one op into thousands.
+constexpr size_t kMaxPipelinePieces = 64;
 
 // The Gloo tag of piece k of group rank r's block (n: group size), for the
 // algorithms that send one message per block and piece.

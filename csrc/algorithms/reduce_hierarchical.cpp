@@ -40,7 +40,7 @@ class ReduceHierarchical final : public HierarchicalAlgorithm {
     const ShmReduction r = shm_reduction(c);
     const RootPlacement root = place_root(static_cast<int>(c.peer));
     const bool leads = topology_.leads_host(), leader_is_root = leads && root.is_root;
-    const size_t piece = pipeline_piece_bytes(max_piece_, r.element);
+    const size_t piece = pipeline_piece_bytes(max_piece_, r.element, r.total);
     auto length = [&](size_t k) { return std::min(piece, r.total - k * piece); };
     at::Tensor sums;  // the leader's sums of two pieces (one being reduced, one on the wire), unless it is the root
     if (leads && !leader_is_root) sums = at::empty({2, static_cast<int64_t>(piece / r.element)}, c.inputs[0].options());

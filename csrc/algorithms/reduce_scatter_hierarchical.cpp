@@ -56,7 +56,7 @@ class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
     const bool base = c.type == c10d::OpType::_REDUCE_SCATTER_BASE;
     auto block = [&](int r) { return base ? byte_ptr(c.inputs[0]) + r * total : byte_ptr(c.input_lists[0][r]); };
     // A piece is cut from the whole input (N blocks), so the leader's buffers stay within 4 pieces' bytes.
-    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, total, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes / element); };
     // Bytes per block per round: N blocks fit one slot before, P blocks after.

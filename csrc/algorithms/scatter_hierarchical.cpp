@@ -44,7 +44,7 @@ class ScatterHierarchical final : public HierarchicalAlgorithm {
     const size_t total = output.nbytes(), element = output.element_size();
     const std::vector<int>& mine = hosts_.ranks_of_host[me];
     auto input = [&](int r) { return byte_ptr(c.input_lists[0][r]); };  // the root's only
-    const size_t piece = pipeline_piece_bytes(max_piece_, element, n);
+    const size_t piece = pipeline_piece_bytes(max_piece_, element, total, n);
     auto length = [&](size_t k) { return std::min(piece, total - k * piece); };
     const at::Tensor buffer = relay_buffer(root, piece, output.options());
     auto buffered = [&](size_t k, int index, size_t len) { return byte_range(buffer[k % 2], index * len, len); };

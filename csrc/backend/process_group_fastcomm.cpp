@@ -143,16 +143,26 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFastcomm::getBackendOptio
   return c10::make_intrusive<Options>("fastcomm", timeout());
 }
 
+void ProcessGroupFastcomm::count_refused_call() {
+  if (transports_.engine) transports_.engine->skip_op();
+  if (call_check_) call_check_->skip();
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chrono::milliseconds op_timeout) {
   // A handle kept past destroy_process_group: the peers' ops would meet nothing (or stale state).
   FC_CHECK(!closed_.load(std::memory_order_acquire), c.name, "this group was ", closed_how_,
            " on this rank (a handle used after destroy_process_group?); make a new group");
-  c.device = device_of(c);
-  FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
-           "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
-  FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
-           config_.cuda_unavailable_reason);
-  validate(c, rank_, size_);
+  try {
+    c.device = device_of(c);
+    FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
+             "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
+    FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
+             config_.cuda_unavailable_reason);
+    validate(c, rank_, size_);
+  } catch (...) {
+    if (!c.is_p2p()) count_refused_call();
+    throw;
+  }
   c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout() : op_timeout;
   // P2P calls are counted apart (as NCCL does): ranks issue different numbers
   // of them, and the group-wide number must agree across ranks.

@@ -132,6 +132,10 @@ class ProcessGroupFastcomm final : public c10d::Backend {
  private:
   // Validates `c`, stamps device and timeout, launches it, wraps it in a Work.
   c10::intrusive_ptr<c10d::Work> run(Collective c, std::chrono::milliseconds op_timeout);
+  // A collective this rank refused on its own still counts as a call (engine
+  // and call check), so the ranks disagree on the next one instead of pairing
+  // this rank's next call with the peers' refused one.
+  void count_refused_call();
 
   std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
   const Config config_;

@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include "algorithms/flat_buffer.h"
+#include "algorithms/hierarchical.h"
 #include "backend/process_group_fastcomm.h"
 #include "core/config.h"
 #include "core/device_registry.h"
@@ -224,6 +225,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "Tensors this process moved into huge pages for single-copy ops, the bytes moved, and those the kernel "
       "refused, since it started (transport/shm/huge_pages.h).");
+
+  m.def(
+      "pipeline_pieces",
+      [](size_t max_piece, size_t element, size_t block_bytes, int blocks) {
+        return fastcomm::pieces_of(block_bytes, fastcomm::pipeline_piece_bytes(max_piece, element, block_bytes, blocks));
+      },
+      py::arg("max_piece"), py::arg("element"), py::arg("block_bytes"), py::arg("blocks"),
+      "How many pieces a pipelined hierarchical collective cuts each block of `block_bytes` into "
+      "(algorithms/hierarchical.h).");
+  m.attr("MAX_PIPELINE_PIECES") = fastcomm::kMaxPipelinePieces;
 
   using fastcomm::kernels::Isa;
   py::enum_<Isa>(m, "Isa", "Instruction-set levels of the CPU kernels (kernels/cpu/isa.h).")

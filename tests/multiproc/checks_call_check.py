@@ -90,3 +90,72 @@ def legitimate_calls_pass(rank, world_size):
     assert torch.equal(t, torch.full_like(t, float(n * (n + 1) // 2)))
     _still_works(rank, world_size)
 
+
+
+def unpaired_alltoall_splits(rank, world_size):
+    """all_to_all_single whose splits do not pair up: rank 0 expects two rows
+    from rank 1, which sends one (Gloo alone aborts the process)."""
+    n = world_size
+    out_splits = [1, 2] + [1] * (n - 2) if rank == 0 else [1] * n
+    out = torch.zeros(sum(out_splits))
+    message = _expect_disagreement(lambda: dist.all_to_all_single(
+        out, torch.ones(n), output_split_sizes=out_splits, input_split_sizes=[1] * n))
+    assert "rank 1 sends 4 bytes to rank 0, which expects 8 bytes from it" in message, message
+    _still_works(rank, world_size)
+    return message
+
+
+def paired_uneven_alltoall(rank, world_size):
+    """Uneven splits that pair up, rank 0 passing none (an even split), the
+    others uneven ones: every rank receives exactly what was sent to it."""
+    n, k = world_size, 2
+
+    def rows(src, dst):
+        return k if src == 0 or dst == 0 else src + dst + 1
+
+    inp = torch.cat([torch.full((rows(rank, q), 2), float(100 * rank + q)) for q in range(n)])
+    expected = torch.cat([torch.full((rows(r, rank), 2), float(100 * r + rank)) for r in range(n)])
+    out = torch.zeros_like(expected)
+    if rank == 0:
+        dist.all_to_all_single(out, inp)
+    else:
+        dist.all_to_all_single(out, inp, output_split_sizes=[rows(r, rank) for r in range(n)],
+                               input_split_sizes=[rows(rank, q) for q in range(n)])
+    assert torch.equal(out, expected), (out, expected)
+    outs = [torch.zeros(rows(r, rank), 2) for r in range(n)]
+    dist.all_to_all(outs, [torch.full((rows(rank, q), 2), float(100 * rank + q)) for q in range(n)])
+    assert torch.equal(torch.cat(outs), expected)
+
+
+def refused_on_one_rank(rank, world_size):
+    """Rank 1 alone refuses an all_reduce (an expand()ed tensor) that the others
+    run: its next all_reduce must not pair up with theirs (which would return
+    a sum of unrelated calls); every rank raises instead. A fresh group per
+    size, since the refusing rank stays one call behind on its group. Across
+    hosts the other host's ranks learn it when their leaders' step times out
+    (a short group timeout here)."""
+    import datetime
+
+    messages = []
+    for numel in (8, 1 << 18):  # small (inline / one shot) and large
+        group = dist.new_group(timeout=datetime.timedelta(seconds=5))
+        try:
+            if rank == 1:
+                try:
+                    dist.all_reduce(torch.ones(1).expand(numel), group=group)
+                except RuntimeError as error:
+                    assert "share memory" in str(error), error
+                else:
+                    raise AssertionError("an expand()ed output was accepted")
+            x = torch.full((numel,), 10.0 if rank == 1 else 1.0)
+            try:
+                dist.all_reduce(x, group=group)
+            except RuntimeError as error:
+                messages.append(str(error))
+            else:
+                raise AssertionError(f"the all_reduce returned {x[:2].tolist()} on rank {rank}")
+        finally:
+            dist.destroy_process_group(group)
+            dist.barrier()  # the next group's set-up waits for the slowest rank's error
+    _still_works(rank, world_size)
+    return messages

@@ -32,3 +32,19 @@ def test_gather_against_scatter_on_one_host(pool_of):
                                    checks_aliasing.overlapping_outputs_refused], ids=lambda f: f.__name__)
 def test_aliasing(pool_of, topology, check):
     pool_of(topology).run(check)
+
+
+@pytest.mark.parametrize("topology", GLOO_PATHS)
+def test_unpaired_alltoall_splits_raise_on_every_rank(pool_of, topology):
+    pool_of(topology).run(checks_call_check.unpaired_alltoall_splits)
+
+
+@pytest.mark.parametrize("topology", LAYOUTS)
+def test_paired_uneven_alltoall_passes(pool_of, topology):
+    pool_of(topology).run(checks_call_check.paired_uneven_alltoall)
+
+
+@pytest.mark.parametrize("topology", LAYOUTS)
+def test_call_refused_on_one_rank_raises_on_every_rank(pool_of, topology):
+    for per_rank in pool_of(topology).run(checks_call_check.refused_on_one_rank):
+        assert len(per_rank) == 2 and all("disagree" in m for m in per_rank), per_rank

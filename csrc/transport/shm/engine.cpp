@@ -250,6 +250,12 @@ void Engine::check_health() {
   }
 }
 
+void Engine::skip_op() {
+  if (!queue().on_queue_thread()) queue().drain();
+  std::lock_guard<std::mutex> one_op_at_a_time(op_mutex());
+  ++op_index_;
+}
+
 void Engine::check_descriptors() {
   const OpDescriptor& mine = segment_->control(local_rank_)->descriptor[buffer_];
   for (const auto r : c10::irange(local_size_)) {

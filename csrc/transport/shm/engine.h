@@ -97,6 +97,11 @@ class Engine {
   // left the ranks out of step (timeout, dead peer).
   void begin(const char* op, OpDescriptor descriptor, std::chrono::milliseconds timeout,
              std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now());
+  // Counts a call this rank refused on its own before it reached the engine
+  // (a bad argument on this rank only): its peers are waiting in that call, so
+  // this rank's next op must disagree with it (by op_index) instead of pairing
+  // with it. Runs after the ops queued before it.
+  void skip_op();
   // After the op (finished or failed), on the thread that ran it: a thread a
   // peer moved onto its CPU during the op takes its own CPU set back now, not
   // only at its next op (peer_pulling.h). Never throws.
