@@ -33,11 +33,27 @@ bool is_alltoall(const Collective& c) {
   return c.type == OpType::ALLTOALL || c.type == OpType::ALLTOALL_BASE;
 }
 
+// all_to_all_single whose splits are empty or all dim0 / world_size on both sides.
+bool evenly_split(const Collective& c, int world_size) {
+  auto even = [world_size](const std::vector<int64_t>& splits, const at::Tensor& t) {
+    const int64_t rows = t.dim() > 0 ? t.size(0) / world_size : 0;
+    return std::all_of(splits.begin(), splits.end(), [rows](int64_t s) { return s == rows; });
+  };
+  return c.type == OpType::ALLTOALL_BASE && even(c.input_splits, c.inputs[0]) && even(c.output_splits, c.outputs[0]);
+}
+
+// all_to_all whose per-peer sizes travel in the check (alltoall_pairs) instead of its descriptor.
+bool paired(const Collective& c, int world_size) {
+  return is_alltoall(c) && world_size <= CallCheck::kMaxPairedRanks;
+}
+
 // What every rank must agree on. Sizes that may differ between ranks of one
 // correct call are left out: a gather's outputs and a scatter's inputs exist
 // on the root only; all_to_all's may differ (uneven splits, or one rank even
-// and another not), and its pairs are compared instead (alltoall_pairs).
-shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm) {
+// and another not), and its pairs are compared instead (alltoall_pairs); in
+// groups too large for the pairs, only an evenly split all_to_all_single's
+// sizes are compared.
+shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm, int world_size) {
   shm::OpDescriptor d{};
   d.type = static_cast<int8_t>(c.type);
   const at::ScalarType dtype = c.dtype();
@@ -47,7 +63,8 @@ shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm) {
       c.type == OpType::BROADCAST || c.type == OpType::REDUCE || c.type == OpType::GATHER || c.type == OpType::SCATTER;
   d.root = rooted ? static_cast<int16_t>(c.peer) : -1;
   d.algorithm = algorithm;
-  if (!is_alltoall(c)) {
+  const bool sized = !is_alltoall(c) || (!paired(c, world_size) && evenly_split(c, world_size));
+  if (sized) {
     d.input_bytes = c.type == OpType::SCATTER ? 0 : bytes_of(c.inputs) + bytes_of(c.input_lists);
     d.output_bytes = c.type == OpType::GATHER ? 0 : bytes_of(c.outputs) + bytes_of(c.output_lists);
   }
@@ -59,7 +76,7 @@ shm::OpDescriptor describe_call(const Collective& c, uint16_t algorithm) {
 static_assert(2 * CallCheck::kMaxPairedRanks * sizeof(int64_t) <= CallCheck::kInlineBytes,
               "an all_to_all's pairs travel inside its check");
 at::Tensor alltoall_pairs(const Collective& c, int n) {
-  if (!is_alltoall(c) || n > CallCheck::kMaxPairedRanks) return at::Tensor();
+  if (!paired(c, n)) return at::Tensor();
   at::Tensor pairs = at::empty({2 * n}, at::kLong);
   int64_t* v = pairs.data_ptr<int64_t>();
   if (c.type == OpType::ALLTOALL) {
@@ -170,7 +187,7 @@ Launched CallCheck::run_inline(const Collective& call, uint16_t algorithm, const
 
 Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const at::Tensor& payload,
                              std::function<Launched(const std::vector<at::Tensor>&)> next) {
-  const shm::OpDescriptor mine = describe_call(call, algorithm);
+  const shm::OpDescriptor mine = describe_call(call, algorithm, check_->getSize());
   std::vector<at::Tensor> inputs{encode(mine, calls_.fetch_add(1, std::memory_order_relaxed), payload)};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < check_->getSize(); ++r) outputs[0].push_back(at::empty({kBlockBytes}, at::kByte));

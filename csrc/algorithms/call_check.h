@@ -70,7 +70,8 @@ class CallCheck {
   }
 
   // The largest group whose all_to_all has its pairs compared (two int64 per
-  // peer in kInlineBytes); larger groups compare its op and dtype only.
+  // peer in kInlineBytes); larger groups compare its op and dtype, and the
+  // sizes of an evenly split all_to_all_single.
   static constexpr int kMaxPairedRanks = 256;
 
   // The group was shut down or aborted: checks still in flight fail instead

@@ -205,8 +205,9 @@ HostLayout::HostLayout(const ShmTopology& topology) {
 
 size_t pipeline_piece_bytes(size_t max_piece, size_t element, size_t block_bytes, int blocks) {
   const size_t configured = max_piece / blocks / element * element;
-  // The smallest multiple of `element` above block_bytes / kMaxPipelinePieces.
-  const size_t fewest = (block_bytes / kMaxPipelinePieces + element) / element * element;
+  // ceil(block_bytes / kMaxPipelinePieces), rounded up to a multiple of `element`.
+  const size_t at_least = (block_bytes + kMaxPipelinePieces - 1) / kMaxPipelinePieces;
+  const size_t fewest = (at_least + element - 1) / element * element;
   return std::max({element, configured, fewest});
 }
 

@@ -152,15 +152,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
   // A handle kept past destroy_process_group: the peers' ops would meet nothing (or stale state).
   FC_CHECK(!closed_.load(std::memory_order_acquire), c.name, "this group was ", closed_how_,
            " on this rank (a handle used after destroy_process_group?); make a new group");
+  c.device = device_of(c);
+  FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
+           "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
+  FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
+           config_.cuda_unavailable_reason);
   try {
-    c.device = device_of(c);
-    FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
-             "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
-    FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
-             config_.cuda_unavailable_reason);
     validate(c, rank_, size_);
   } catch (...) {
-    if (!c.is_p2p()) count_refused_call();
+    // Only CPU calls meet the engine or the call check; NCCL's calls are not compared.
+    if (!c.is_p2p() && c.device == c10::DeviceType::CPU) count_refused_call();
     throw;
   }
   c.timeout = op_timeout == c10d::kUnsetTimeout ? timeout() : op_timeout;

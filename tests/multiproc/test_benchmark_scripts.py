@@ -182,3 +182,30 @@ def test_peers_timeline_prints_each_window_size():
         assert 0 < float(low) <= float(high) and float(ratio) >= 1, out.stdout
     medians = out.stdout.strip().splitlines()[-1].split()
     assert len(medians) == 5 and all(float(m) > 0 for m in medians), out.stdout
+
+
+def test_real_models_record_and_doc_table(tmp_path):
+    """The CNN (no transformers needed) beside a busy process: every configuration
+    timed, the neighbour's work read, and the record's table written into a doc."""
+    sys.path.insert(0, BENCHMARKS)
+    from real_models import BEGIN, CONFIGS, END
+
+    record = tmp_path / "record.json"
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "real_models.py"), "--models", "cnn", "--conditions", "busy",
+         "--steps", "1", "--warmup", "1", "--record", str(record)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    data = json.loads(record.read_text())
+    (row,) = data["conditions"][0]["rows"]
+    assert list(row["step_s"]) == CONFIGS and all(t > 0 for t in row["step_s"].values()), row
+    assert all(rate > 0 for rate in row["neighbour_work_per_s"].values()), row
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# title\n{BEGIN}\nold\n{END}\ntail\n")
+    subprocess.run([sys.executable, os.path.join(BENCHMARKS, "real_models.py"), "--table", str(record), "--doc",
+                    str(doc)], check=True, timeout=120)
+    text = doc.read_text()
+    assert "old" not in text and text.endswith(f"{END}\ntail\n") and text.count("| cnn (30M) |") == len(CONFIGS), text

@@ -1,0 +1,309 @@
+"""DDP training of real architectures: fastcomm against Gloo, as users train.
+
+Models are built from their Hugging Face transformers configs (random
+weights, nothing downloaded; transformers is a benchmark-only dependency) and
+one CNN (the VGG-style net of ddp_training.py). Each rank trains its own
+batch with AdamW under DistributedDataParallel in these configurations:
+
+  local             the model's step without DDP: no communication at all
+  noop              DDP's defaults with a hook that returns the bucket untouched:
+                    DDP's own copies into and out of its buckets, no communication
+  gloo              DDP's defaults on a Gloo group (torch's CPU backend)
+  gloo+fp16         the same with torch's fp16_compress_hook
+  fastcomm          DDP's defaults on the fastcomm group
+  fastcomm+view     fastcomm with gradient_as_bucket_view=True (fastcomm's fast path:
+                    the gradients are the buckets, no copies)
+  fastcomm+fp16     fastcomm.hooks.register(ddp, "fp16")
+
+"adds" is what communication adds beyond DDP's bucket copies: step - noop
+(for local and fastcomm+view, whose copies are gone, step - local is shown
+as the step's distance from the local step). Configurations run one after
+another (a DDP per configuration, built on the same module), each with
+--warmup untimed steps and --steps timed ones, for --passes passes in
+alternating order; each step starts after a barrier and counts on its
+slowest rank; the table gives the median and the spread (min-max) of the
+steps: where the spread is wider than a difference, the difference is noise.
+
+--busy N runs N busy processes beside the ranks (pure-Python work, like a
+dataloader's workers or another job), and reports the work per second each
+keeps beside each configuration, relative to beside Gloo: fastcomm must not
+buy its speed with the neighbour's CPU.
+
+    python benchmarks/real_models.py                              # quiet, then beside one busy process
+    python benchmarks/real_models.py --models gpt2 --conditions quiet --steps 2
+    python benchmarks/real_models.py --record benchmarks/records/real_models.json
+    python benchmarks/real_models.py --table benchmarks/records/real_models.json   # the table of a record
+    python benchmarks/real_models.py --table benchmarks/records/real_models.json --doc docs/training.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from fastcomm.bench.harness import measured, spawn_ranks
+
+CONFIGS = ["local", "noop", "gloo", "gloo+fp16", "fastcomm", "fastcomm+view", "fastcomm+fp16"]
+MODELS = ["gpt2", "bert", "opt", "cnn"]
+BATCH, SEQUENCE = 2, 128
+
+
+def build_model(name: str) -> tuple[nn.Module, callable]:
+    """The model and loss_of(model, rank) -> this rank's loss on its fixed batch."""
+    if name == "cnn":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ddp_training import VggNet
+
+        model = VggNet()
+
+        def loss_of(m, rank):
+            gen = torch.Generator().manual_seed(rank)
+            x, y = torch.randn(8, 3, 32, 32, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+            return nn.functional.cross_entropy(m(x), y)
+
+        return model, loss_of
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config, model_class = {
+        "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
+        "bert": (transformers.BertConfig, transformers.BertForMaskedLM),
+        "opt": (transformers.OPTConfig, transformers.OPTForCausalLM),
+    }[name]
+    torch.manual_seed(0)
+    cfg = config()
+    model = model_class(cfg)
+    vocab = cfg.vocab_size
+
+    def loss_of(m, rank):
+        tokens = torch.randint(0, vocab, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(rank))
+        return m(input_ids=tokens, labels=tokens).loss
+
+    return model, loss_of
+
+
+def _noop_hook(state, bucket):
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def wrap(config: str, model: nn.Module, gloo) -> nn.Module:
+    """`model` under DDP as `config` runs it (local: the model itself)."""
+    import fastcomm.hooks
+
+    if config == "local":
+        return model
+    group = gloo if config.startswith("gloo") or config == "noop" else None
+    ddp = DDP(model, process_group=group, gradient_as_bucket_view=config == "fastcomm+view")
+    if config == "noop":
+        ddp.register_comm_hook(None, _noop_hook)
+    elif config == "gloo+fp16":
+        ddp.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
+    elif config == "fastcomm+fp16":
+        fastcomm.hooks.register(ddp, "fp16")
+    return ddp
+
+
+class Neighbour:
+    """Busy processes beside the ranks: each counts units of pure-Python work
+    into a shared file, so the ranks can read how much work it kept doing."""
+
+    CODE = ("import mmap,struct,sys\n"
+            "f=open(sys.argv[1],'r+b');m=mmap.mmap(f.fileno(),8*int(sys.argv[3]))\n"
+            "i=int(sys.argv[2]);n=0\n"
+            "while True:\n"
+            "    s=0\n"
+            "    for k in range(2000): s+=k*k\n"
+            "    n+=1;m[8*i:8*i+8]=struct.pack('Q',n)\n")
+
+    def __init__(self, count: int, path: str) -> None:
+        self.path, self.count = path, count
+        with open(path, "wb") as f:
+            f.write(b"\0" * 8 * max(count, 1))
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE, path, str(i), str(count)])
+                      for i in range(count)]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def read_work(path: str, count: int) -> int:
+    """Units of work all the busy processes have done so far."""
+    if count == 0:
+        return 0
+    with open(path, "rb") as f:
+        data = f.read(8 * count)
+    return sum(struct.unpack(f"{count}Q", data))
+
+
+def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) -> list[dict]:
+    import fastcomm  # noqa: F401  (registers the backend)
+
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # denormal arithmetic would make step times drift with the weights
+    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
+                            timeout=datetime.timedelta(seconds=600))
+    gloo = dist.new_group(backend="gloo")
+    control = dist.new_group(backend="gloo")
+    rows = []
+    for name in args.models:
+        model, loss_of = build_model(name)
+        params = sum(p.numel() for p in model.parameters())
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        times: dict[str, list[float]] = {c: [] for c in args.configs}
+        work: dict[str, list[tuple[int, float]]] = {c: [] for c in args.configs}
+        for p_index in range(args.passes):
+            order = args.configs if p_index % 2 == 0 else list(reversed(args.configs))
+            for config in order:
+                for p in model.parameters():
+                    p.grad = None
+                net = wrap(config, model, gloo)
+                for s in range(args.warmup + args.steps):
+                    dist.barrier(group=control)
+                    w0, t0 = read_work(neighbour_path, busy), time.perf_counter()
+                    optimizer.zero_grad(set_to_none=False)
+                    loss_of(net, rank).backward()
+                    optimizer.step()
+                    t = time.perf_counter() - t0
+                    if s >= args.warmup:
+                        times[config].append(t)
+                        work[config].append((read_work(neighbour_path, busy) - w0, t))
+                del net
+        # Each step started after a barrier: its time on the slowest rank is the step's time.
+        slowest = torch.tensor([times[c] for c in args.configs], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=control)
+        samples = dict(zip(args.configs, slowest.tolist()))
+        rates = {c: sum(u for u, _ in work[c]) / sum(t for _, t in work[c]) for c in args.configs}
+        rows.append({"model": name, "params": params,
+                     "step_s": {c: statistics.median(v) for c, v in samples.items()},
+                     "samples_s": samples,
+                     "neighbour_work_per_s": rates if busy else None})
+        measured(rank, f"{name} ({'beside %d busy' % busy if busy else 'quiet'})")
+        del model, optimizer
+    dist.destroy_process_group()
+    return rows
+
+
+def run_condition(args, busy: int) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="fastcomm-neighbour-") as tmp:
+        path = os.path.join(tmp, "work")
+        neighbour = Neighbour(busy, path)
+        try:
+            return spawn_ranks(_rank, args.nproc, args, path, busy)
+        finally:
+            neighbour.stop()
+
+
+def table(record: dict) -> str:
+    """The markdown table of a record: per model and condition, each configuration's
+    step, what it adds beyond the bucket copies and its ratio to Gloo."""
+    out = ["| model | condition | configuration | step (s) | spread (s) | adds (ms) | adds / Gloo's |"
+           " Gloo step / step | neighbour keeps (vs beside Gloo) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for cond in record["conditions"]:
+        for row in cond["rows"]:
+            s = row["step_s"]
+            base = s.get("noop", s.get("local"))
+            gloo_adds = s["gloo"] - base if "gloo" in s else None
+            rates = row.get("neighbour_work_per_s")
+            for config, t in s.items():
+                if config in ("local", "fastcomm+view"):
+                    adds = (t - s["local"]) if "local" in s else None
+                    adds_text = f"{adds * 1e3:.0f} vs local" if adds is not None else ""
+                    ratio = ""
+                elif config == "noop":
+                    adds_text, ratio = "", ""
+                else:
+                    adds = t - base
+                    adds_text = f"{adds * 1e3:.0f}"
+                    ratio = f"{adds / gloo_adds:.2f}" if gloo_adds and gloo_adds > 0 else ""
+                speed = f"{s['gloo'] / t:.2f}" if "gloo" in s else ""
+                keeps = f"{rates[config] / rates['gloo']:.2f}" if rates and rates.get("gloo") else ""
+                steps = row.get("samples_s", {}).get(config, [t])
+                out.append(f"| {row['model']} ({row['params'] / 1e6:.0f}M) | {cond['name']} | {config} |"
+                           f" {t:.3f} | {min(steps):.2f}-{max(steps):.2f} | {adds_text} | {ratio} | {speed} | {keeps} |")
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- real_models table: generated by benchmarks/real_models.py --table -->", "<!-- end of table -->"
+
+
+def write_between_markers(path: str, text: str) -> None:
+    """Replaces what lies between the BEGIN and END lines of `path` with `text`."""
+    with open(path) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        sys.exit(f"real_models: {path} has no {BEGIN!r} ... {END!r} lines")
+    head, rest = doc.split(BEGIN, 1)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2, help="local ranks (one torch thread each)")
+    p.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
+    p.add_argument("--configs", nargs="+", choices=CONFIGS, default=CONFIGS)
+    p.add_argument("--conditions", nargs="+", choices=["quiet", "busy"], default=["quiet", "busy"])
+    p.add_argument("--busy", type=int, default=1, help="busy processes in the 'busy' condition")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps after each DDP is built (its buckets "
+                   "are rebuilt after the first)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per configuration and pass")
+    p.add_argument("--passes", type=int, default=1, help="passes over the configurations, alternating order")
+    p.add_argument("--record", default="", help="write the results as JSON here")
+    p.add_argument("--table", default="", help="print the markdown table of this record and exit")
+    p.add_argument("--doc", default="", help="with --table: write the table into this markdown file instead, "
+                   f"between the lines {BEGIN!r} and {END!r}")
+    args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            text = table(json.load(f))
+        if args.doc:
+            write_between_markers(args.doc, text)
+        else:
+            print(text)
+        return 0
+    if "gloo" not in args.configs or args.nproc < 2 or args.steps < 1:
+        p.error("need the gloo configuration, --nproc >= 2 and --steps >= 1")
+    conditions = []
+    for cond in args.conditions:
+        busy = args.busy if cond == "busy" else 0
+        conditions.append({"name": f"beside {busy} busy process(es)" if busy else "quiet", "busy": busy,
+                           "rows": run_condition(args, busy)})
+    try:
+        import transformers
+
+        transformers_version = transformers.__version__
+    except ImportError:  # the CNN alone needs no transformers
+        transformers_version = None
+    record = {"benchmark": "real_models", "args": {**vars(args), "record": os.path.basename(args.record)},
+              "torch": torch.__version__,
+              "transformers": transformers_version, "cpus": os.cpu_count(), "machine": platform.machine(),
+              "conditions": conditions}
+    print(table(record))
+    if args.record:
+        os.makedirs(os.path.dirname(os.path.abspath(args.record)), exist_ok=True)
+        with open(args.record, "w") as f:
+            json.dump(record, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
