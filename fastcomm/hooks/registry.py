@@ -3,7 +3,6 @@ one-line way to put a fastcomm hook on a DistributedDataParallel model."""
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any, Callable
 
 import torch
@@ -69,24 +68,4 @@ def register(
     state = make_state(name, process_group, **options)
     state.bind(ddp_model)
     ddp_model.register_comm_hook(state, HOOKS[name][1])
-    _suggest_bucket_view(ddp_model)
     return state
-
-
-_suggested = False
-
-
-def _suggest_bucket_view(ddp_model: torch.nn.parallel.DistributedDataParallel) -> None:
-    """Once per process: DDP's default copies every gradient into its buckets
-    before the hook and back after it; gradient_as_bucket_view=True makes the
-    gradients the buckets themselves (docs/training.md)."""
-    global _suggested
-    if _suggested or getattr(ddp_model, "gradient_as_bucket_view", True):
-        return
-    _suggested = True
-    warnings.warn(
-        "fastcomm.hooks.register: this DDP model copies every gradient into its buckets and back each step "
-        "(gradient_as_bucket_view=False, DDP's default); DistributedDataParallel(..., gradient_as_bucket_view=True) "
-        "skips both copies and the buckets' extra memory (docs/training.md)",
-        stacklevel=3,
-    )

@@ -283,28 +283,3 @@ def test_segment_size_bound():
     with pytest.raises(ValueError, match=r"FASTCOMM_SHM_SLOT_BYTES=1048577 makes a shared-memory segment of "
                                          r"2 x 4 ranks x 1048577 B .* at most 1048576 B per slot for 4 ranks"):
         check_segment_size((1 << 20) + 1, [4, 2], memory_bytes=32 << 20)
-
-
-def test_register_suggests_gradient_as_bucket_view_once(monkeypatch):
-    """fastcomm.hooks.register leads DDP's default (gradient copies into the
-    buckets and back) to gradient_as_bucket_view=True, once per process."""
-    import warnings
-
-    import fastcomm.hooks
-    from fastcomm.hooks import registry
-
-    monkeypatch.setattr(registry, "_suggested", False)
-    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=20))
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            viewed = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), gradient_as_bucket_view=True)
-            fastcomm.hooks.register(viewed, "fp16")
-            assert not [w for w in caught if "gradient_as_bucket_view" in str(w.message)]
-            for _ in range(2):
-                fastcomm.hooks.register(torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4)), "fp16")
-        hints = [w for w in caught if "gradient_as_bucket_view=True" in str(w.message)]
-        assert len(hints) == 1 and "docs/training.md" in str(hints[0].message), [str(w.message) for w in caught]
-    finally:
-        dist.destroy_process_group()
