@@ -11,7 +11,7 @@ all_reduce fails), "model_sync" (ModelSync.step(): all_reduce),
 FAULT: how the peer misses the collective.
   late  world size 2: rank 1 is the peer of every case and joins each case's
         failing step only after rank 0 has given up on it (the case's group
-        timeout, 3 s, has passed).
+        timeout, 10 s, has passed).
   kill  world size 1 + the number of cases: rank i + 1 is the peer of case i
         and SIGKILLs itself instead of joining its failing step. The groups'
         timeout is long (60 s): peers wait in their case's first collective
@@ -42,7 +42,7 @@ import fastcomm.hooks
 import fastcomm.nn
 import fastcomm.sync
 
-CASE_TIMEOUT = {"late": datetime.timedelta(seconds=3), "kill": datetime.timedelta(seconds=60)}
+CASE_TIMEOUT = {"late": datetime.timedelta(seconds=10), "kill": datetime.timedelta(seconds=60)}
 SETUP_TIMEOUT = datetime.timedelta(seconds=120)  # start-up and hand-offs: many ranks start on few CPUs
 SYNC_OPTIONS = {"model_sync": {}, "model_sync_int8": {"mode": "incremental", "compression": "int8"},
                 "model_sync_async": {"async_op": True}}
