@@ -16,12 +16,17 @@ inputs, as fastcomm-bench does).
     python benchmarks/allreduce_vs_gloo.py --api process_group   # without torch's Python wrapper (~5 us less per call)
     python benchmarks/allreduce_vs_gloo.py --nproc 4 --ranks-per-host 2   # two simulated hosts: hierarchical
 
+The rows also go to a JSON record (benchmarks/results/allreduce_vs_gloo.json
+unless --record PATH or --no-record; benchmarks/render.py turns records into
+the docs' tables).
+
 --api dist times torch.distributed's functions (what training code calls);
 --api process_group calls each group's backend object directly
 (`group._get_backend(cpu).allreduce([t]).wait()`), skipping torch's wrapper;
 --api cpp loops in C++ (fastcomm._C.bench_loop, no Python in the loop): the
 backend's own cost, the number nccl-tests and MPI benchmarks report.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,6 +37,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+import results_record
 from fastcomm.bench.cli import UsageError, parse_size, sizes
 from fastcomm.bench.collectives import COLLECTIVES, DTYPES
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
@@ -43,9 +49,11 @@ TIMED = [name for name, spec in COLLECTIVES.items() if spec.c10d_op is not None]
 def _timer(args, spec, buffers, group):
     """seconds-per-call timer of one prepared call on `group`, through --api."""
     if args.api == "dist":
+
         def call():
             for work in buffers.run(group, False):
                 work.wait()
+
         return timer_of(call)
     backend = group._get_backend(torch.device("cpu"))
     if args.api == "process_group":
@@ -59,8 +67,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(1)
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=120)
+    )
     groups = {"fastcomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     control = groups["gloo"]
     spec = COLLECTIVES[args.op]
@@ -68,8 +77,10 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     rows = []
     for size in args.size_list:
         count = max(nproc if spec.split else 1, spec.count_for(size, dtype.itemsize, nproc))
-        buffers = {name: spec.prepare(count, dtype, rank, nproc, args.reduce_op, 0, False, torch.device("cpu"))
-                   for name in groups}
+        buffers = {
+            name: spec.prepare(count, dtype, rank, nproc, args.reduce_op, 0, False, torch.device("cpu"))
+            for name in groups
+        }
         wrong = {}
         for name, group in groups.items():  # one checked call each before timing
             buffers[name].refill()
@@ -79,9 +90,15 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
         timers = {name: _timer(args, spec, buffers[name], group) for name, group in groups.items()}
         # fastcomm's barrier releases ranks within ~1 us of each other; Gloo's
         # leaves them up to ~0.3 ms apart, which a short loop would count.
-        medians = alternating_rounds(timers, control, rounds=args.rounds, seconds=args.seconds,
-                                     max_iters=args.max_iters, warmup_calls=args.warmup,
-                                     align=lambda: dist.barrier(group=groups["fastcomm"]))
+        medians = alternating_rounds(
+            timers,
+            control,
+            rounds=args.rounds,
+            seconds=args.seconds,
+            max_iters=args.max_iters,
+            warmup_calls=args.warmup,
+            align=lambda: dist.barrier(group=groups["fastcomm"]),
+        )
         flags = torch.tensor([wrong["fastcomm"], wrong["gloo"]], dtype=torch.int64)
         dist.all_reduce(flags, group=control)
         nbytes = count * dtype.itemsize
@@ -96,16 +113,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_round_arguments(p, seconds=0.4, max_iters=100000, warmup=3)
     p.add_argument("--op", choices=TIMED, default="all_reduce", help="the collective")
-    p.add_argument("--reduce-op", choices=["sum", "prod", "min", "max", "avg"], default="sum",
-                   help="reduction of reducing collectives (--api cpp: sum only)")
+    p.add_argument(
+        "--reduce-op",
+        choices=["sum", "prod", "min", "max", "avg"],
+        default="sum",
+        help="reduction of reducing collectives (--api cpp: sum only)",
+    )
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float")
     p.add_argument("--api", choices=["dist", "process_group", "cpp"], default="dist", help="see above")
-    p.add_argument("--ranks-per-host", type=int, default=0,
-                   help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts")
+    p.add_argument(
+        "--ranks-per-host",
+        type=int,
+        default=0,
+        help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts",
+    )
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated sizes in bytes (K, M, G suffixes)")
     p.add_argument("-b", "--minbytes", help="with -e and -f: sizes b, b*f, ... up to e")
     p.add_argument("-e", "--maxbytes")
     p.add_argument("-f", "--stepfactor", type=int)
+    results_record.add_arguments(p, "allreduce_vs_gloo")
     args = p.parse_args(argv)
     try:
         if args.minbytes is None and args.maxbytes is None and args.stepfactor is None:
@@ -127,8 +153,10 @@ def main(argv=None) -> int:
     rows = spawn_ranks(_rank, args.nproc, args)
     hosts = f"hosts of {args.ranks_per_host} (simulated)" if args.ranks_per_host else "one host"
     op = f" {args.reduce_op}" if COLLECTIVES[args.op].reduces else ""
-    print(f"# {args.op}{op} {args.dtype}, {args.nproc} ranks on {hosts}, api {args.api}; "
-          f"median of {args.rounds} alternating rounds, slowest rank")
+    print(
+        f"# {args.op}{op} {args.dtype}, {args.nproc} ranks on {hosts}, api {args.api}; "
+        f"median of {args.rounds} alternating rounds, slowest rank"
+    )
     print("# ratio = gloo time / fastcomm time (> 1: fastcomm faster); busbw in GB/s (1e9 B/s)")
     print(f"{'bytes':>12} {'fastcomm us':>12} {'gloo us':>12} {'fc busbw':>9} {'gloo busbw':>10} {'ratio':>7}")
     bad = 0
@@ -136,8 +164,28 @@ def main(argv=None) -> int:
         bw = lambda t: nbytes * factor / t / 1e9  # noqa: E731
         note = "" if wrong_fc == wrong_gl == 0 else f"  WRONG: fastcomm {wrong_fc}, gloo {wrong_gl} elements"
         bad += wrong_fc + wrong_gl
-        print(f"{int(nbytes):>12} {t_fc * 1e6:>12.1f} {t_gl * 1e6:>12.1f} {bw(t_fc):>9.3f} {bw(t_gl):>10.3f}"
-              f" {t_gl / t_fc:>7.2f}{note}")
+        print(
+            f"{int(nbytes):>12} {t_fc * 1e6:>12.1f} {t_gl * 1e6:>12.1f} {bw(t_fc):>9.3f} {bw(t_gl):>10.3f}"
+            f" {t_gl / t_fc:>7.2f}{note}"
+        )
+    results_record.save(
+        args,
+        "allreduce_vs_gloo",
+        [
+            {
+                "bytes": int(nbytes),
+                "fastcomm_s": t_fc,
+                "gloo_s": t_gl,
+                "bus_factor": factor,
+                "wrong_fastcomm": int(wrong_fc),
+                "wrong_gloo": int(wrong_gl),
+            }
+            for nbytes, t_fc, t_gl, factor, wrong_fc, wrong_gl in rows
+        ],
+        script=__file__,
+        argv=argv,
+        drop=("size_list", "sizes", "minbytes", "maxbytes", "stepfactor"),
+    )  # the rows give the sizes
     return 1 if bad else 0
 
 

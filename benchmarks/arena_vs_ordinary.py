@@ -15,7 +15,11 @@ nccl-tests counts it; busbw with its factor (fastcomm/bench/collectives.py).
     python benchmarks/arena_vs_ordinary.py --nproc 4 --sizes 1M,16M
     python benchmarks/arena_vs_ordinary.py --collective all_gather
     python benchmarks/arena_vs_ordinary.py --collective all_reduce_fp16
+
+The rows also go to a JSON record (benchmarks/results/arena_vs_ordinary.json
+unless --record PATH or --no-record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +31,7 @@ import torch.distributed as dist
 
 from fastcomm.bench.cli import parse_size
 from fastcomm.bench.collectives import COLLECTIVES
+import results_record
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
 
 DEFAULT_SIZES = "64K,1M,4M,16M,64M,256M"
@@ -42,10 +47,12 @@ def _low_precision(wire: torch.dtype, buffer: torch.Tensor, rank: int, nproc: in
         backend = fastcomm.fastcomm_backend()
         call = lambda: backend.all_reduce_low_precision(buffer, wire, 1.0 / nproc, float("inf")).wait()  # noqa: E731
     else:
+
         def call():
             half = buffer.div_(nproc).to(wire)
             dist.all_reduce(half, group=group)
             buffer.copy_(half)
+
     buffer.copy_(pattern(rank, buffer.numel()))
     call()
     # small integers / nproc: exact in either wire dtype for 2 and 4 ranks; the definition otherwise
@@ -67,7 +74,7 @@ def _collective(kind: str, buffer: torch.Tensor, rank: int, nproc: int, block: i
         assert torch.equal(buffer, want), "all_reduce is wrong"
         return lambda: dist.all_reduce(buffer, group=group)
     if kind == "all_gather":
-        mine = buffer[rank * block:(rank + 1) * block]
+        mine = buffer[rank * block : (rank + 1) * block]
         mine.copy_(pattern(rank, block))
         dist.all_gather_single(buffer, mine, group=group)
         assert torch.equal(buffer, torch.cat([pattern(r, block) for r in range(nproc)])), "all_gather is wrong"
@@ -75,7 +82,7 @@ def _collective(kind: str, buffer: torch.Tensor, rank: int, nproc: int, block: i
     out = torch.empty(block)
     buffer.copy_(pattern(rank, buffer.numel()))
     dist.reduce_scatter_single(out, buffer, group=group)
-    want = sum(pattern(r, buffer.numel()) for r in range(nproc))[rank * block:(rank + 1) * block]
+    want = sum(pattern(r, buffer.numel()) for r in range(nproc))[rank * block : (rank + 1) * block]
     assert torch.equal(out, want), "reduce_scatter is wrong"
     return lambda: dist.reduce_scatter_single(out, buffer, group=group)
 
@@ -84,8 +91,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm
 
     torch.set_num_threads(1)
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300)
+    )
     gloo = dist.new_group(backend="gloo")
     backend = fastcomm.fastcomm_backend()
     rows = []
@@ -100,8 +108,15 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
             buffer = backend.allocate_tensor(count) if name == "arena" else torch.empty(count)
             calls[name] = _collective(args.collective, buffer, rank, nproc, block, groups[name])
         timers = {name: timer_of(call) for name, call in calls.items()}
-        medians = alternating_rounds(timers, gloo, rounds=args.rounds, seconds=args.seconds, max_iters=args.max_iters,
-                                     warmup_calls=args.warmup, align=lambda: dist.barrier())
+        medians = alternating_rounds(
+            timers,
+            gloo,
+            rounds=args.rounds,
+            seconds=args.seconds,
+            max_iters=args.max_iters,
+            warmup_calls=args.warmup,
+            align=lambda: dist.barrier(),
+        )
         rows.append((count * 4, medians))
         measured(rank, f"{size} B")
     dist.destroy_process_group()
@@ -112,23 +127,48 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_round_arguments(p, seconds=1.0, max_iters=1000, warmup=3)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated sizes in bytes (K, M, G suffixes)")
-    p.add_argument("--collective", choices=["all_reduce", "all_gather", "reduce_scatter", *LOW_PRECISION],
-                   default="all_reduce")
+    p.add_argument(
+        "--collective", choices=["all_reduce", "all_gather", "reduce_scatter", *LOW_PRECISION], default="all_reduce"
+    )
+    results_record.add_arguments(p, "arena_vs_ordinary")
     args = p.parse_args(argv)
     args.size_list = [parse_size(s) for s in args.sizes.split(",")]
     if args.nproc < 2:
         p.error("need --nproc >= 2")
     rows = spawn_ranks(_rank, args.nproc, args)
     factor = COLLECTIVES["all_reduce" if args.collective in LOW_PRECISION else args.collective].bus_factor(args.nproc)
-    print(f"# {args.collective} sum float32, {args.nproc} ranks on one host, dist API; median of {args.rounds}"
-          " alternating rounds, slowest rank; busbw GB/s")
-    print(f"{'bytes':>12} {'arena us':>10} {'ordinary us':>12} {'gloo us':>10} {'arena bw':>9} {'ord bw':>8}"
-          f" {'gloo bw':>8} {'ord/arena':>9} {'gloo/arena':>10}")
+    print(
+        f"# {args.collective} sum float32, {args.nproc} ranks on one host, dist API; median of {args.rounds}"
+        " alternating rounds, slowest rank; busbw GB/s"
+    )
+    print(
+        f"{'bytes':>12} {'arena us':>10} {'ordinary us':>12} {'gloo us':>10} {'arena bw':>9} {'ord bw':>8}"
+        f" {'gloo bw':>8} {'ord/arena':>9} {'gloo/arena':>10}"
+    )
     for nbytes, m in rows:
         bw = {k: nbytes * factor / t / 1e9 for k, t in m.items()}
-        print(f"{nbytes:>12} {m['arena'] * 1e6:>10.1f} {m['ordinary'] * 1e6:>12.1f} {m['gloo'] * 1e6:>10.1f}"
-              f" {bw['arena']:>9.2f} {bw['ordinary']:>8.2f} {bw['gloo']:>8.2f} {m['ordinary'] / m['arena']:>9.2f}"
-              f" {m['gloo'] / m['arena']:>10.2f}")
+        print(
+            f"{nbytes:>12} {m['arena'] * 1e6:>10.1f} {m['ordinary'] * 1e6:>12.1f} {m['gloo'] * 1e6:>10.1f}"
+            f" {bw['arena']:>9.2f} {bw['ordinary']:>8.2f} {bw['gloo']:>8.2f} {m['ordinary'] / m['arena']:>9.2f}"
+            f" {m['gloo'] / m['arena']:>10.2f}"
+        )
+    results_record.save(
+        args,
+        "arena_vs_ordinary",
+        [
+            {
+                "bytes": nbytes,
+                "arena_s": m["arena"],
+                "ordinary_s": m["ordinary"],
+                "gloo_s": m["gloo"],
+                "bus_factor": factor,
+            }
+            for nbytes, m in rows
+        ],
+        script=__file__,
+        argv=argv,
+        drop=("size_list", "sizes"),
+    )
     return 0
 
 

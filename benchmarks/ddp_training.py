@@ -27,10 +27,15 @@ Models (--scale shrinks their widths for quick checks):
   transformer  GPT-style decoder: 6 layers, d_model 640, vocabulary 8192 (36 M parameters),
                batch 4 x 32 tokens
 
-    python benchmarks/ddp_training.py                      # both models, 2 ranks, table + plot
+    python benchmarks/ddp_training.py                      # both models, 2 ranks
     python benchmarks/ddp_training.py --short              # what scripts/bench.sh runs (about a minute)
-    python benchmarks/ddp_training.py --models cnn --plot cnn.svg
+    python benchmarks/ddp_training.py --models cnn --record cnn.json
+
+The rows also go to a JSON record (benchmarks/results/ddp_training.json unless
+--record PATH or --no-record); benchmarks/render.py makes the docs' table and
+plot (docs/ddp_training.svg) from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +49,8 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import results_record
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
-from fastcomm.bench.svg import grouped_bars
 
 CONFIGS = ["gloo", "gloo+fp16", "fastcomm", "fastcomm+fp16", "fastcomm+powersgd"]
 
@@ -62,9 +67,16 @@ class VggNet(nn.Module):
             layers += [nn.Conv2d(cin, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
             cin = c
         self.features = nn.Sequential(*layers)  # 32x32 -> 2x2
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(cin * 4, hidden), nn.ReLU(),
-                                        nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden // 2),
-                                        nn.ReLU(), nn.Linear(hidden // 2, 10))
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(cin * 4, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden // 2),
+            nn.ReLU(),
+            nn.Linear(hidden // 2, 10),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -118,7 +130,7 @@ def _ddp(config: str, model: nn.Module, gloo_group, bucket_view: bool):
     elif config == "fastcomm+fp16":
         fastcomm.hooks.register(ddp, "fp16", process_group=group)
     elif config == "fastcomm+powersgd":
-        fastcomm.hooks.register(ddp, "powersgd", process_group=group, rank=4)
+        fastcomm.hooks.register(ddp, "powersgd", process_group=group, matrix_approximation_rank=4, start_powerSGD_iter=0)
     return ddp
 
 
@@ -133,8 +145,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     # torch's switch for buckets in the backend's memory (read whenever DDP lays
     # out its buckets); Gloo has no such memory, so only fastcomm's DDP uses it.
     os.environ["DDP_DISABLE_COMM_MEM"] = "1" if args.no_arena else "0"
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=600))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=600)
+    )
     gloo = dist.new_group(backend="gloo")
     control = dist.new_group(backend="gloo")  # timing agreement apart from the groups under test
     rows = []
@@ -161,9 +174,15 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
                         step(ddp, optimizer)
 
                 steps["local"] = local_step
-        medians = alternating_rounds({k: timer_of(fn) for k, fn in steps.items()}, control, rounds=args.rounds,
-                                     seconds=args.seconds, max_iters=args.max_iters, warmup_calls=args.warmup,
-                                     warmup_seconds=0.0)
+        medians = alternating_rounds(
+            {k: timer_of(fn) for k, fn in steps.items()},
+            control,
+            rounds=args.rounds,
+            seconds=args.seconds,
+            max_iters=args.max_iters,
+            warmup_calls=args.warmup,
+            warmup_seconds=0.0,
+        )
         rows.append((model_name, params, medians))
         measured(rank, model_name)
     dist.destroy_process_group()
@@ -171,28 +190,28 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
 
 
 def report(rows, args) -> str:
-    lines = [f"# DDP training steps, {args.nproc} ranks x {args.threads} thread(s), CPU; median of {args.rounds}"
-             f" alternating rounds, slowest rank; fastcomm buckets {'ordinary' if args.no_arena else 'in the arena'}"
-             f"; gradient_as_bucket_view={not args.no_bucket_view}",
-             "# comm share = 1 - local step / step (local: the same step under no_sync); speedup = gloo step / step"]
-    lines.append(f"{'model':<12} {'params':>7} {'config':<18} {'step ms':>8} {'steps/s':>8} {'comm share':>10} {'speedup':>8}")
+    lines = [
+        f"# DDP training steps, {args.nproc} ranks x {args.threads} thread(s), CPU; median of {args.rounds}"
+        f" alternating rounds, slowest rank; fastcomm buckets {'ordinary' if args.no_arena else 'in the arena'}"
+        f"; gradient_as_bucket_view={not args.no_bucket_view}",
+        "# comm share = 1 - local step / step (local: the same step under no_sync); speedup = gloo step / step",
+    ]
+    lines.append(
+        f"{'model':<12} {'params':>7} {'config':<18} {'step ms':>8} {'steps/s':>8} {'comm share':>10} {'speedup':>8}"
+    )
     for model, params, medians in rows:
         local = medians["local"]
         for config in args.configs:
             t = medians[config]
             speedup = medians["gloo"] / t if "gloo" in medians else float("nan")
-            lines.append(f"{model:<12} {params / 1e6:>6.1f}M {config:<18} {t * 1e3:>8.1f} {1 / t:>8.2f}"
-                         f" {max(0.0, 1 - local / t) * 100:>9.0f}% {speedup:>8.2f}")
-        lines.append(f"{model:<12} {params / 1e6:>6.1f}M {'(local, no comm)':<18} {local * 1e3:>8.1f} {1 / local:>8.2f}")
+            lines.append(
+                f"{model:<12} {params / 1e6:>6.1f}M {config:<18} {t * 1e3:>8.1f} {1 / t:>8.2f}"
+                f" {max(0.0, 1 - local / t) * 100:>9.0f}% {speedup:>8.2f}"
+            )
+        lines.append(
+            f"{model:<12} {params / 1e6:>6.1f}M {'(local, no comm)':<18} {local * 1e3:>8.1f} {1 / local:>8.2f}"
+        )
     return "\n".join(lines)
-
-
-def plot(rows, args, path: str) -> None:
-    groups = [(f"{model} ({params / 1e6:.0f}M)", [(c, 1 / medians[c]) for c in args.configs] +
-               [("no communication", 1 / medians["local"])]) for model, params, medians in rows]
-    title = f"DDP training on CPU, {args.nproc} ranks: steps per second (higher is better)"
-    with open(path, "w") as f:
-        f.write(grouped_bars(title, groups, unit="steps/s"))
 
 
 def main(argv=None) -> int:
@@ -202,11 +221,14 @@ def main(argv=None) -> int:
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=CONFIGS)
     p.add_argument("--scale", type=float, default=1.0, help="model width factor (1: the sizes above)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p.add_argument("--plot", default="ddp_training.svg", help="SVG bar chart to write ('' for none)")
     p.add_argument("--no-arena", action="store_true", help="fastcomm's DDP buckets in ordinary memory")
-    p.add_argument("--no-bucket-view", action="store_true",
-                   help="DDP(gradient_as_bucket_view=False), DDP's default, for every config (default here: True)")
+    p.add_argument(
+        "--no-bucket-view",
+        action="store_true",
+        help="DDP(gradient_as_bucket_view=False), DDP's default, for every config (default here: True)",
+    )
     p.add_argument("--short", action="store_true", help="3 rounds of about 0.6 s per configuration")
+    results_record.add_arguments(p, "ddp_training")
     args = p.parse_args(argv)
     if args.short:
         args.rounds, args.seconds = 3, 1.8
@@ -214,9 +236,13 @@ def main(argv=None) -> int:
         p.error("need --nproc >= 2, --rounds >= 1, --warmup >= 1")
     rows = spawn_ranks(_rank, args.nproc, args)
     print(report(rows, args))
-    if args.plot:
-        plot(rows, args, args.plot)
-        print(f"# plot: {os.path.abspath(args.plot)}")
+    results_record.save(
+        args,
+        "ddp_training",
+        [{"model": model, "params": params, "step_s": medians} for model, params, medians in rows],
+        script=__file__,
+        argv=argv,
+    )
     return 0
 
 

@@ -14,7 +14,11 @@ a tolerance, stated below).
     python benchmarks/fsdp2_vs_gloo.py --arena                  # fastcomm's comm buffers from its arena
     python benchmarks/fsdp2_vs_gloo.py --nproc 4 --ranks-per-host 2
     torchrun --nnodes 2 --nproc-per-node 2 ... benchmarks/fsdp2_vs_gloo.py   # real hosts (benchmarks/multihost.py)
+
+The result also goes to a JSON record (rank 0; benchmarks/results/fsdp2_vs_gloo.json
+unless --record PATH or --no-record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import results_record
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, spawn_ranks, timer_of
 
 
@@ -63,8 +68,10 @@ def _rank(rank: int, nproc: int, store, args) -> dict:
     rank, nproc = dist.get_rank(), dist.get_world_size()
     groups = {"fastcomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     control = dist.new_group(backend="gloo")
-    models = {name: _sharded(group, args.width, args.layers, args.arena and name == "fastcomm")
-              for name, group in groups.items()}
+    models = {
+        name: _sharded(group, args.width, args.layers, args.arena and name == "fastcomm")
+        for name, group in groups.items()
+    }
     generator = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=generator)
 
@@ -84,14 +91,20 @@ def _rank(rank: int, nproc: int, store, args) -> dict:
         a, b = p.full_tensor().detach(), q.full_tensor().detach()
         worst = max(worst, ((a - b).abs() / (b.abs() + 1e-3)).max().item())
     timers = {name: timer_of(lambda name=name: steps(name, 1)) for name in models}
-    medians = alternating_rounds(timers, control, rounds=args.rounds, seconds=args.seconds,
-                                 max_iters=args.max_iters, warmup_calls=args.warmup)
+    medians = alternating_rounds(
+        timers, control, rounds=args.rounds, seconds=args.seconds, max_iters=args.max_iters, warmup_calls=args.warmup
+    )
     params = sum(p.numel() for p in _model(args.width, args.layers).parameters())
     dist.barrier(group=control)
     models.clear()
     dist.destroy_process_group()
-    return {"fastcomm_s": medians["fastcomm"], "gloo_s": medians["gloo"], "params": params, "nproc": nproc,
-            "worst_relative_difference": worst}
+    return {
+        "fastcomm_s": medians["fastcomm"],
+        "gloo_s": medians["gloo"],
+        "params": params,
+        "nproc": nproc,
+        "worst_relative_difference": worst,
+    }
 
 
 def main(argv=None) -> int:
@@ -100,12 +113,19 @@ def main(argv=None) -> int:
     p.add_argument("--width", type=int, default=1024, help="features of each Linear layer")
     p.add_argument("--layers", type=int, default=8, help="Linear layers (FSDP units)")
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
-    p.add_argument("--ranks-per-host", type=int, default=0,
-                   help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts")
-    p.add_argument("--arena", action="store_true",
-                   help="fastcomm's FSDP2 modules take their communication buffers from the group "
-                        "(set_allocate_memory_from_process_group_for_comm: its arena on one host)")
-    p.add_argument("--json", help="also write the result as JSON here (rank 0)")
+    p.add_argument(
+        "--ranks-per-host",
+        type=int,
+        default=0,
+        help="FASTCOMM_RANKS_PER_HOST: consecutive blocks of this many ranks act as hosts",
+    )
+    p.add_argument(
+        "--arena",
+        action="store_true",
+        help="fastcomm's FSDP2 modules take their communication buffers from the group "
+        "(set_allocate_memory_from_process_group_for_comm: its arena on one host)",
+    )
+    results_record.add_arguments(p, "fsdp2_vs_gloo")
     args = p.parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         result = _rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, args)
@@ -116,17 +136,17 @@ def main(argv=None) -> int:
             os.environ["FASTCOMM_RANKS_PER_HOST"] = str(args.ranks_per_host)  # inherited by the spawned ranks
         result = spawn_ranks(_rank, args.nproc, args)
     mib = result["params"] * 4 / 2**20
-    print(f"# FSDP2 step, {args.layers} x Linear({args.width}) ({mib:.0f} MiB of float32 parameters), "
-          f"batch {args.batch} per rank, {result['nproc']} ranks{', fastcomm buffers from its arena' if args.arena else ''}; "
-          f"median of {args.rounds} alternating rounds, slowest rank")
+    print(
+        f"# FSDP2 step, {args.layers} x Linear({args.width}) ({mib:.0f} MiB of float32 parameters), "
+        f"batch {args.batch} per rank, {result['nproc']} ranks{', fastcomm buffers from its arena' if args.arena else ''}; "
+        f"median of {args.rounds} alternating rounds, slowest rank"
+    )
     print(f"{'fastcomm ms':>12} {'gloo ms':>10} {'ratio':>7} {'max rel diff':>13}")
-    print(f"{result['fastcomm_s'] * 1e3:>12.1f} {result['gloo_s'] * 1e3:>10.1f} "
-          f"{result['gloo_s'] / result['fastcomm_s']:>7.2f} {result['worst_relative_difference']:>13.2e}")
-    if args.json:
-        import json
-
-        with open(args.json, "w") as f:
-            json.dump(result, f)
+    print(
+        f"{result['fastcomm_s'] * 1e3:>12.1f} {result['gloo_s'] * 1e3:>10.1f} "
+        f"{result['gloo_s'] / result['fastcomm_s']:>7.2f} {result['worst_relative_difference']:>13.2e}"
+    )
+    results_record.save(args, "fsdp2_vs_gloo", [result], script=__file__, argv=argv)
     return 0 if result["worst_relative_difference"] <= 1e-4 else 1
 
 

@@ -1,17 +1,19 @@
 """fastcomm against Gloo across hosts: two namespace hosts of 2 ranks
 (tests/multihost/namespace_hosts.py: own network, hostname, /dev/shm and
 pids) joined through a switch by links shaped with tc to each --rates value.
-Per rate, in one sitting:
+Per rate, one run after another:
   - fastcomm-bench all_reduce, all_gather, reduce_scatter --compare gloo
     (float32, sizes -b .. -e by -f; fastcomm and Gloo alternate per size),
   - benchmarks/fsdp2_vs_gloo.py (an FSDP2 step, alternating rounds),
 each launched with torchrun --nnodes=2 on both hosts as a user would. Prints
-one markdown table (ratio = gloo time / fastcomm time, > 1: fastcomm faster)
-and writes every raw result as JSON with --json. Needs root.
+one markdown table (ratio = gloo time / fastcomm time, > 1: fastcomm faster),
+writes its rows as a record (benchmarks/results/multihost.json unless --record
+PATH or --no-record) and every raw result as JSON with --json. Needs root.
 
     python benchmarks/multihost.py                          # 1gbit and 10gbit, 256K .. 64M
     python benchmarks/multihost.py --rates 1gbit -b 1M -e 16M
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 
 import namespace_hosts  # noqa: E402
+import results_record  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 LAYOUT = [2, 2]
@@ -42,17 +45,37 @@ def measure(rate: str, args, out_dir: str) -> dict:
     with namespace_hosts.NamespaceHosts(len(LAYOUT), rate=rate) as hosts:
         for collective in COLLECTIVES:
             path = os.path.join(out_dir, f"{rate}-{collective}.json")
-            program = ["-m", "fastcomm.bench", collective, "-b", args.minbytes, "-e", args.maxbytes,
-                       "-f", str(args.stepfactor), "-n", str(args.iters), "-w", "1", "--compare", "gloo",
-                       "--json", path]
+            program = [
+                "-m",
+                "fastcomm.bench",
+                collective,
+                "-b",
+                args.minbytes,
+                "-e",
+                args.maxbytes,
+                "-f",
+                str(args.stepfactor),
+                "-n",
+                str(args.iters),
+                "-w",
+                "1",
+                "--compare",
+                "gloo",
+                "--json",
+                path,
+            ]
             _job(hosts, program, out_dir, f"{rate} {collective}")
             with open(path) as f:
                 results[collective] = json.load(f)
         path = os.path.join(out_dir, f"{rate}-fsdp2.json")
-        _job(hosts, [os.path.join(HERE, "fsdp2_vs_gloo.py"), "--json", path, *args.fsdp2.split()], out_dir,
-             f"{rate} fsdp2")
+        _job(
+            hosts,
+            [os.path.join(HERE, "fsdp2_vs_gloo.py"), "--record", path, *args.fsdp2.split()],
+            out_dir,
+            f"{rate} fsdp2",
+        )
         with open(path) as f:
-            results["fsdp2"] = json.load(f)
+            results["fsdp2"] = json.load(f)["results"][0]
     return results
 
 
@@ -60,19 +83,48 @@ def _best(row: dict) -> dict:
     return row["out_of_place"] or row["in_place"]
 
 
-def table(all_results: dict[str, dict]) -> str:
-    lines = ["| link | collective | bytes | fastcomm ms | gloo ms | ratio |", "|---|---|---:|---:|---:|---:|"]
+def rows_of(all_results: dict[str, dict]) -> list[dict]:
+    """One row per link, collective and size, then the FSDP2 step: fastcomm's and Gloo's seconds."""
+    out = []
     for rate, results in all_results.items():
         for collective in COLLECTIVES:
             rows = results[collective]["results"]
             for fc, gl in zip(rows["fastcomm"]["rows"], rows["gloo"]["rows"]):
-                a, b = _best(fc), _best(gl)
-                lines.append(f"| {rate} | {collective} | {fc['size']} | {a['time_us'] / 1e3:.2f} | "
-                             f"{b['time_us'] / 1e3:.2f} | {b['time_us'] / a['time_us']:.2f} |")
+                out.append(
+                    {
+                        "link": rate,
+                        "what": collective,
+                        "bytes": fc["size"],
+                        "params": None,
+                        "fastcomm_s": _best(fc)["time_us"] * 1e-6,
+                        "gloo_s": _best(gl)["time_us"] * 1e-6,
+                    }
+                )
         step = results["fsdp2"]
-        mib = step["params"] * 4 / 2**20
-        lines.append(f"| {rate} | FSDP2 step ({mib:.0f} MiB params) | | {step['fastcomm_s'] * 1e3:.1f} | "
-                     f"{step['gloo_s'] * 1e3:.1f} | {step['gloo_s'] / step['fastcomm_s']:.2f} |")
+        out.append(
+            {
+                "link": rate,
+                "what": "FSDP2 step",
+                "bytes": None,
+                "params": step["params"],
+                "fastcomm_s": step["fastcomm_s"],
+                "gloo_s": step["gloo_s"],
+            }
+        )
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| link | collective | bytes | fastcomm ms | gloo ms | ratio |", "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        if row["bytes"] is None:
+            what, size = f"{row['what']} ({row['params'] * 4 / 2**20:.0f} MiB params)", ""
+        else:
+            what, size = row["what"], row["bytes"]
+        lines.append(
+            f"| {row['link']} | {what} | {size} | {row['fastcomm_s'] * 1e3:.2f} | "
+            f"{row['gloo_s'] * 1e3:.2f} | {row['gloo_s'] / row['fastcomm_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -85,6 +137,7 @@ def main(argv=None) -> int:
     p.add_argument("-n", "--iters", type=int, default=5, help="timed calls per size and backend")
     p.add_argument("--fsdp2", default="", help="extra arguments of fsdp2_vs_gloo.py, e.g. '--layers 2 --width 64'")
     p.add_argument("--json", help="write every raw result here")
+    results_record.add_arguments(p, "multihost")
     args = p.parse_args(argv)
     why_not = namespace_hosts.available()
     if why_not:
@@ -95,7 +148,9 @@ def main(argv=None) -> int:
         for rate in args.rates.split(","):
             all_results[rate] = measure(rate, args, out_dir)
     print("# 2 namespace hosts x 2 ranks, links shaped with tc; float32; ratio = gloo time / fastcomm time")
-    print(table(all_results))
+    rows = rows_of(all_results)
+    print(table(rows))
+    results_record.save(args, "multihost", rows, script=__file__, argv=argv)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(all_results, f, indent=1)

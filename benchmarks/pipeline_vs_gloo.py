@@ -11,7 +11,11 @@ rows x width float32 message between neighbouring stages.
 
     python benchmarks/pipeline_vs_gloo.py                        # 2 stages, width 256 and 1024
     python benchmarks/pipeline_vs_gloo.py --nproc 4 --widths 256,1024,2048
+
+The rows also go to a JSON record (benchmarks/results/pipeline_vs_gloo.json
+unless --record PATH or --no-record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,6 +24,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
+import results_record
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of
 
 
@@ -33,8 +38,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     torch.set_num_threads(1)
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300)
+    )
     groups = {"fastcomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     rows = []
     for width in args.width_list:
@@ -56,12 +62,19 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
                     schedule.step(target=y)
                 else:
                     schedule.step()
+
             return step
 
         timers = {name: timer_of(step_of(group)) for name, group in groups.items()}
-        medians = alternating_rounds(timers, groups["gloo"], rounds=args.rounds, seconds=args.seconds,
-                                     max_iters=args.max_iters, warmup_calls=args.warmup,
-                                     align=lambda: dist.barrier(group=groups["fastcomm"]))
+        medians = alternating_rounds(
+            timers,
+            groups["gloo"],
+            rounds=args.rounds,
+            seconds=args.seconds,
+            max_iters=args.max_iters,
+            warmup_calls=args.warmup,
+            align=lambda: dist.barrier(group=groups["fastcomm"]),
+        )
         rows.append((width, args.rows * width * 4, medians["fastcomm"], medians["gloo"]))
         measured(rank, f"width {width}")
     dist.destroy_process_group()
@@ -75,17 +88,31 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=32, help="rows per microbatch")
     p.add_argument("--microbatches", type=int, default=8)
     p.add_argument("--layers-per-stage", type=int, default=2)
+    results_record.add_arguments(p, "pipeline_vs_gloo")
     args = p.parse_args(argv)
     args.width_list = [int(w) for w in args.widths.split(",")]
     if args.nproc < 2 or min(args.width_list) < 1 or args.rows < 1 or args.microbatches < args.nproc:
         p.error("need --nproc >= 2, widths and rows >= 1, and at least as many microbatches as stages")
     rows = spawn_ranks(_rank, args.nproc, args)
-    print(f"# 1F1B pipeline, {args.nproc} stages x {args.layers_per_stage} Linear+ReLU layers, {args.microbatches} "
-          f"microbatches of {args.rows} rows; median step of {args.rounds} alternating rounds, slowest rank")
+    print(
+        f"# 1F1B pipeline, {args.nproc} stages x {args.layers_per_stage} Linear+ReLU layers, {args.microbatches} "
+        f"microbatches of {args.rows} rows; median step of {args.rounds} alternating rounds, slowest rank"
+    )
     print("# ratio = gloo step / fastcomm step (> 1: fastcomm faster)")
     print(f"{'width':>6} {'message B':>10} {'fastcomm ms':>12} {'gloo ms':>9} {'ratio':>6}")
     for width, message, t_fc, t_gl in rows:
         print(f"{width:>6} {message:>10} {t_fc * 1e3:>12.2f} {t_gl * 1e3:>9.2f} {t_gl / t_fc:>6.2f}")
+    results_record.save(
+        args,
+        "pipeline_vs_gloo",
+        [
+            {"width": width, "message_bytes": message, "fastcomm_s": t_fc, "gloo_s": t_gl}
+            for width, message, t_fc, t_gl in rows
+        ],
+        script=__file__,
+        argv=argv,
+        drop=("width_list",),
+    )
     return 0
 
 

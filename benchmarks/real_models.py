@@ -30,18 +30,19 @@ keeps beside each configuration, relative to beside Gloo: fastcomm must not
 buy its speed with the neighbour's CPU.
 
     python benchmarks/real_models.py                              # quiet, then beside one busy process
-    python benchmarks/real_models.py --models gpt2 --conditions quiet --steps 2
-    python benchmarks/real_models.py --record benchmarks/records/real_models.json
-    python benchmarks/real_models.py --table benchmarks/records/real_models.json   # the table of a record
-    python benchmarks/real_models.py --table benchmarks/records/real_models.json --doc docs/training.md
+    python benchmarks/real_models.py --models gpt2 cnn --passes 4 --steps 2
+    python benchmarks/real_models.py --models gpt2 --conditions quiet --steps 2 --no-record
+
+The rows go to a JSON record (benchmarks/results/real_models.json unless
+--record PATH or --no-record); benchmarks/render.py makes the tables of
+docs/training.md, docs/benchmarks.md and the README's headline from it.
 """
+
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import platform
 import statistics
 import struct
 import subprocess
@@ -55,6 +56,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import results_record
 from fastcomm.bench.harness import measured, spawn_ranks
 
 CONFIGS = ["local", "noop", "gloo", "gloo+fp16", "fastcomm", "fastcomm+view", "fastcomm+fp16"]
@@ -123,20 +125,23 @@ class Neighbour:
     """Busy processes beside the ranks: each counts units of pure-Python work
     into a shared file, so the ranks can read how much work it kept doing."""
 
-    CODE = ("import mmap,struct,sys\n"
-            "f=open(sys.argv[1],'r+b');m=mmap.mmap(f.fileno(),8*int(sys.argv[3]))\n"
-            "i=int(sys.argv[2]);n=0\n"
-            "while True:\n"
-            "    s=0\n"
-            "    for k in range(2000): s+=k*k\n"
-            "    n+=1;m[8*i:8*i+8]=struct.pack('Q',n)\n")
+    CODE = (
+        "import mmap,struct,sys\n"
+        "f=open(sys.argv[1],'r+b');m=mmap.mmap(f.fileno(),8*int(sys.argv[3]))\n"
+        "i=int(sys.argv[2]);n=0\n"
+        "while True:\n"
+        "    s=0\n"
+        "    for k in range(2000): s+=k*k\n"
+        "    n+=1;m[8*i:8*i+8]=struct.pack('Q',n)\n"
+    )
 
     def __init__(self, count: int, path: str) -> None:
         self.path, self.count = path, count
         with open(path, "wb") as f:
             f.write(b"\0" * 8 * max(count, 1))
-        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE, path, str(i), str(count)])
-                      for i in range(count)]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", self.CODE, path, str(i), str(count)]) for i in range(count)
+        ]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -158,8 +163,9 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
 
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # denormal arithmetic would make step times drift with the weights
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=600))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=600)
+    )
     gloo = dist.new_group(backend="gloo")
     control = dist.new_group(backend="gloo")
     rows = []
@@ -191,10 +197,15 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=control)
         samples = dict(zip(args.configs, slowest.tolist()))
         rates = {c: sum(u for u, _ in work[c]) / sum(t for _, t in work[c]) for c in args.configs}
-        rows.append({"model": name, "params": params,
-                     "step_s": {c: statistics.median(v) for c, v in samples.items()},
-                     "samples_s": samples,
-                     "neighbour_work_per_s": rates if busy else None})
+        rows.append(
+            {
+                "model": name,
+                "params": params,
+                "step_s": {c: statistics.median(v) for c, v in samples.items()},
+                "samples_s": samples,
+                "neighbour_work_per_s": rates if busy else None,
+            }
+        )
         measured(rank, f"{name} ({'beside %d busy' % busy if busy else 'quiet'})")
         del model, optimizer
     dist.destroy_process_group()
@@ -211,51 +222,6 @@ def run_condition(args, busy: int) -> list[dict]:
             neighbour.stop()
 
 
-def table(record: dict) -> str:
-    """The markdown table of a record: per model and condition, each configuration's
-    step, what it adds beyond the bucket copies and its ratio to Gloo."""
-    out = ["| model | condition | configuration | step (s) | spread (s) | adds (ms) | adds / Gloo's |"
-           " Gloo step / step | neighbour keeps (vs beside Gloo) |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for cond in record["conditions"]:
-        for row in cond["rows"]:
-            s = row["step_s"]
-            base = s.get("noop", s.get("local"))
-            gloo_adds = s["gloo"] - base if "gloo" in s else None
-            rates = row.get("neighbour_work_per_s")
-            for config, t in s.items():
-                if config in ("local", "fastcomm+view"):
-                    adds = (t - s["local"]) if "local" in s else None
-                    adds_text = f"{adds * 1e3:.0f} vs local" if adds is not None else ""
-                    ratio = ""
-                elif config == "noop":
-                    adds_text, ratio = "", ""
-                else:
-                    adds = t - base
-                    adds_text = f"{adds * 1e3:.0f}"
-                    ratio = f"{adds / gloo_adds:.2f}" if gloo_adds and gloo_adds > 0 else ""
-                speed = f"{s['gloo'] / t:.2f}" if "gloo" in s else ""
-                keeps = f"{rates[config] / rates['gloo']:.2f}" if rates and rates.get("gloo") else ""
-                steps = row.get("samples_s", {}).get(config, [t])
-                out.append(f"| {row['model']} ({row['params'] / 1e6:.0f}M) | {cond['name']} | {config} |"
-                           f" {t:.3f} | {min(steps):.2f}-{max(steps):.2f} | {adds_text} | {ratio} | {speed} | {keeps} |")
-    return "\n".join(out)
-
-
-BEGIN, END = "<!-- real_models table: generated by benchmarks/real_models.py --table -->", "<!-- end of table -->"
-
-
-def write_between_markers(path: str, text: str) -> None:
-    """Replaces what lies between the BEGIN and END lines of `path` with `text`."""
-    with open(path) as f:
-        doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        sys.exit(f"real_models: {path} has no {BEGIN!r} ... {END!r} lines")
-    head, rest = doc.split(BEGIN, 1)
-    with open(path, "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="local ranks (one torch thread each)")
@@ -263,45 +229,39 @@ def main(argv=None) -> int:
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=CONFIGS)
     p.add_argument("--conditions", nargs="+", choices=["quiet", "busy"], default=["quiet", "busy"])
     p.add_argument("--busy", type=int, default=1, help="busy processes in the 'busy' condition")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps after each DDP is built (its buckets "
-                   "are rebuilt after the first)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed steps after each DDP is built (its buckets are rebuilt after the first)",
+    )
     p.add_argument("--steps", type=int, default=3, help="timed steps per configuration and pass")
     p.add_argument("--passes", type=int, default=1, help="passes over the configurations, alternating order")
-    p.add_argument("--record", default="", help="write the results as JSON here")
-    p.add_argument("--table", default="", help="print the markdown table of this record and exit")
-    p.add_argument("--doc", default="", help="with --table: write the table into this markdown file instead, "
-                   f"between the lines {BEGIN!r} and {END!r}")
+    results_record.add_arguments(p, "real_models")
     args = p.parse_args(argv)
-    if args.table:
-        with open(args.table) as f:
-            text = table(json.load(f))
-        if args.doc:
-            write_between_markers(args.doc, text)
-        else:
-            print(text)
-        return 0
     if "gloo" not in args.configs or args.nproc < 2 or args.steps < 1:
         p.error("need the gloo configuration, --nproc >= 2 and --steps >= 1")
-    conditions = []
+    results = []
     for cond in args.conditions:
         busy = args.busy if cond == "busy" else 0
-        conditions.append({"name": f"beside {busy} busy process(es)" if busy else "quiet", "busy": busy,
-                           "rows": run_condition(args, busy)})
+        for row in run_condition(args, busy):
+            results.append(
+                {"condition": "quiet" if busy == 0 else f"beside {busy} busy process(es)", "busy": busy, **row}
+            )
     try:
         import transformers
 
         transformers_version = transformers.__version__
     except ImportError:  # the CNN alone needs no transformers
         transformers_version = None
-    record = {"benchmark": "real_models", "args": {**vars(args), "record": os.path.basename(args.record)},
-              "torch": torch.__version__,
-              "transformers": transformers_version, "cpus": os.cpu_count(), "machine": platform.machine(),
-              "conditions": conditions}
-    print(table(record))
-    if args.record:
-        os.makedirs(os.path.dirname(os.path.abspath(args.record)), exist_ok=True)
-        with open(args.record, "w") as f:
-            json.dump(record, f, indent=1)
+    print(f"{'model':<6} {'condition':<28} " + " ".join(f"{c:>14}" for c in args.configs) + "   (median step, s)")
+    for row in results:
+        print(
+            f"{row['model']:<6} {row['condition']:<28} " + " ".join(f"{row['step_s'][c]:>14.3f}" for c in args.configs)
+        )
+    results_record.save(
+        args, "real_models", results, script=__file__, argv=argv, extra_versions={"transformers": transformers_version}
+    )
     return 0
 
 

@@ -20,7 +20,11 @@ shows what a slower transport costs and what async_op hides).
     python benchmarks/sync_convergence.py                   # both tasks, 1000 steps, H = 8, 2 ranks
     python benchmarks/sync_convergence.py --task markov --period 16 --steps 400
     python benchmarks/sync_convergence.py --backend gloo
+
+The rows also go to a JSON record (benchmarks/results/sync_convergence.json
+unless --record PATH or --no-record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import results_record
 from fastcomm.bench import tasks
 from fastcomm.bench.harness import measured, spawn_ranks
 
@@ -38,10 +43,20 @@ from fastcomm.bench.harness import measured, spawn_ranks
 def _task(name: str):
     """(model factory, optimizer factory, batch(rank, step), eval set, loss)."""
     if name == "teacher":
-        return (tasks.TeacherNet, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), tasks.teacher_batch,
-                tasks.teacher_eval_set(), nn.functional.cross_entropy)
-    return (tasks.MarkovTransformer, lambda ps: torch.optim.Adam(ps, lr=3e-3), tasks.markov_batch,
-            tasks.markov_eval_set(), tasks.markov_loss)
+        return (
+            tasks.TeacherNet,
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+            tasks.teacher_batch,
+            tasks.teacher_eval_set(),
+            nn.functional.cross_entropy,
+        )
+    return (
+        tasks.MarkovTransformer,
+        lambda ps: torch.optim.Adam(ps, lr=3e-3),
+        tasks.markov_batch,
+        tasks.markov_eval_set(),
+        tasks.markov_loss,
+    )
 
 
 def _configs(period: int) -> list[tuple[str, dict | None]]:
@@ -69,7 +84,7 @@ def _train(rank: int, task: str, steps: int, sync_options: dict | None, backend:
         sync = None
     else:
         trained = model
-        sync = fastcomm.sync.ModelSync(model, group=group, **sync_options)
+        sync = fastcomm.sync.ModelSync(model, process_group=group, **sync_options)
     optimizer = make_optimizer(trained.parameters())
     dist.barrier()
     start = time.perf_counter()
@@ -96,8 +111,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     import fastcomm  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(1)
-    dist.init_process_group("fastcomm", store=store, rank=rank, world_size=nproc,
-                            timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        "fastcomm", store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300)
+    )
     rows = []
     for task in args.task_list:
         for name, options in _configs(args.period):
@@ -114,22 +130,40 @@ def main(argv=None) -> int:
     p.add_argument("--task", default="teacher,markov", help="comma-separated: teacher, markov")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--period", type=int, default=8, help="H: local steps between syncs")
-    p.add_argument("--backend", default="fastcomm", help="the backend DDP and ModelSync communicate over (fastcomm, gloo)")
+    p.add_argument(
+        "--backend", default="fastcomm", help="the backend DDP and ModelSync communicate over (fastcomm, gloo)"
+    )
+    results_record.add_arguments(p, "sync_convergence")
     args = p.parse_args(argv)
     args.task_list = args.task.split(",")
     if args.nproc < 2 or args.steps < args.period or args.period < 1 or set(args.task_list) - {"teacher", "markov"}:
         p.error("need --nproc >= 2, --steps >= --period >= 1, tasks among teacher, markov")
     rows = spawn_ranks(_rank, args.nproc, args)
-    print(f"# {args.nproc} ranks, {args.backend} groups, {args.steps} steps, H = {args.period}; loss: evaluation loss after the last step "
-          "(mean over ranks); bytes: sent per rank over the run; vs ddp: DDP's bytes / these")
+    print(
+        f"# {args.nproc} ranks, {args.backend} groups, {args.steps} steps, H = {args.period}; loss: evaluation loss after the last step "
+        "(mean over ranks); bytes: sent per rank over the run; vs ddp: DDP's bytes / these"
+    )
     print(f"{'task':<8} {'configuration':<24} {'loss':>8} {'loss/ddp':>9} {'bytes':>12} {'vs ddp':>8} {'ms/step':>8}")
     ddp = {}
     for task, name, loss, sent, seconds in rows:
         if name == "ddp":
             ddp[task] = (loss, sent)
         base_loss, base_sent = ddp[task]
-        print(f"{task:<8} {name:<24} {loss:>8.4f} {loss / base_loss:>9.3f} {sent:>12} {base_sent / sent:>8.1f} "
-              f"{seconds * 1e3:>8.2f}")
+        print(
+            f"{task:<8} {name:<24} {loss:>8.4f} {loss / base_loss:>9.3f} {sent:>12} {base_sent / sent:>8.1f} "
+            f"{seconds * 1e3:>8.2f}"
+        )
+    results_record.save(
+        args,
+        "sync_convergence",
+        [
+            {"task": task, "configuration": name, "loss": loss, "sent_bytes": sent, "step_s": seconds}
+            for task, name, loss, sent, seconds in rows
+        ],
+        script=__file__,
+        argv=argv,
+        drop=("task_list",),
+    )
     return 0
 
 

@@ -16,7 +16,11 @@ own statistics): the kernels alone, free of the transport's noise.
 
     python benchmarks/syncbn_vs_torch.py                 # 2 ranks, float32, the default layers
     python benchmarks/syncbn_vs_torch.py --dtype bfloat16 --nproc 3
+
+The rows also go to a JSON record (benchmarks/results/syncbn_vs_torch.json
+unless --record PATH or --no-record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +33,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import results_record  # noqa: E402
 from fastcomm.bench.harness import add_round_arguments, alternating_rounds, measured, spawn_ranks, timer_of  # noqa: E402
 
 # name: (per-rank input shape, channels_last)
@@ -57,7 +62,9 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
     from torch_syncbn_algorithm import TorchAlgorithmSyncBatchNorm
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group(args.backend, store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        args.backend, store=store, rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300)
+    )
     control = dist.new_group(backend="gloo")  # timing agreement apart from the group under test
     dtype = DTYPES[args.dtype]
     rows = []
@@ -102,8 +109,14 @@ def _rank(rank: int, nproc: int, store, args) -> list[tuple]:
         comm = lambda: (dist.all_reduce(packed), dist.all_reduce(packed[1:]))  # noqa: E731
         fns = {impl: (lambda layer=layer: step(layer)) for impl, layer in layers.items()}
         fns["comm"] = comm
-        medians = alternating_rounds({impl: timer_of(fn) for impl, fn in fns.items()}, control, rounds=args.rounds,
-                                     seconds=args.seconds, max_iters=args.max_iters, warmup_calls=args.warmup)
+        medians = alternating_rounds(
+            {impl: timer_of(fn) for impl, fn in fns.items()},
+            control,
+            rounds=args.rounds,
+            seconds=args.seconds,
+            max_iters=args.max_iters,
+            warmup_calls=args.warmup,
+        )
         order = ("fastcomm", "torch", "comm", "fastcomm local", "torch local")
         rows.append((name, *(medians[impl] for impl in order), counts.get("fastcomm", -1), counts.get("torch", -1)))
         measured(rank, name)
@@ -116,23 +129,53 @@ def main(argv=None) -> int:
     add_round_arguments(p, seconds=1.0, max_iters=500, warmup=2)
     p.add_argument("--backend", choices=["fastcomm", "gloo"], default="fastcomm")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), metavar="LAYER",
-                   help="layers to run (default: all): " + ", ".join(f"'{n}'" for n in LAYERS))
+    p.add_argument(
+        "--layers",
+        nargs="+",
+        choices=sorted(LAYERS),
+        default=list(LAYERS),
+        metavar="LAYER",
+        help="layers to run (default: all): " + ", ".join(f"'{n}'" for n in LAYERS),
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    results_record.add_arguments(p, "syncbn_vs_torch")
     args = p.parse_args(argv)
     if args.nproc < 2 or args.threads < 1 or args.rounds < 1:
         p.error("need --nproc >= 2, --threads >= 1, --rounds >= 1")
     rows = spawn_ranks(_rank, args.nproc, args)
-    print(f"# SyncBatchNorm forward+backward, {args.dtype}, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
-          f" median of {args.rounds} alternating rounds, slowest rank")
-    print("# ratio = torch-algorithm time / fastcomm time (> 1: fastcomm faster); coll = collectives per layer per step")
-    print(f"{'layer (per rank)':<22} {'fastcomm us':>11} {'torch us':>9} {'ratio':>6} {'comm us':>8}"
-          f" {'fc local':>9} {'torch local':>11} {'ratio':>6} {'fc coll':>7} {'torch coll':>10}")
+    print(
+        f"# SyncBatchNorm forward+backward, {args.dtype}, {args.nproc} ranks x {args.threads} thread(s), {args.backend} group;"
+        f" median of {args.rounds} alternating rounds, slowest rank"
+    )
+    print(
+        "# ratio = torch-algorithm time / fastcomm time (> 1: fastcomm faster); coll = collectives per layer per step"
+    )
+    print(
+        f"{'layer (per rank)':<22} {'fastcomm us':>11} {'torch us':>9} {'ratio':>6} {'comm us':>8}"
+        f" {'fc local':>9} {'torch local':>11} {'ratio':>6} {'fc coll':>7} {'torch coll':>10}"
+    )
     for name, *times, c_fc, c_torch in rows:
         t_fc, t_torch, t_comm, l_fc, l_torch = (float(t) * 1e6 for t in times)
         coll = lambda c: "-" if int(float(c)) < 0 else str(int(float(c)))  # noqa: E731
-        print(f"{name:<22} {t_fc:>11.1f} {t_torch:>9.1f} {t_torch / t_fc:>6.2f} {t_comm:>8.1f}"
-              f" {l_fc:>9.1f} {l_torch:>11.1f} {l_torch / l_fc:>6.2f} {coll(c_fc):>7} {coll(c_torch):>10}")
+        print(
+            f"{name:<22} {t_fc:>11.1f} {t_torch:>9.1f} {t_torch / t_fc:>6.2f} {t_comm:>8.1f}"
+            f" {l_fc:>9.1f} {l_torch:>11.1f} {l_torch / l_fc:>6.2f} {coll(c_fc):>7} {coll(c_torch):>10}"
+        )
+    fields = ("layer", "fastcomm_s", "torch_s", "comm_s", "fastcomm_local_s", "torch_local_s")
+    results_record.save(
+        args,
+        "syncbn_vs_torch",
+        [
+            {
+                **dict(zip(fields, row)),  # collectives per step: counted on fastcomm groups only
+                "fastcomm_collectives": int(row[6]) if int(row[6]) >= 0 else None,
+                "torch_collectives": int(row[7]) if int(row[7]) >= 0 else None,
+            }
+            for row in rows
+        ],
+        script=__file__,
+        argv=argv,
+    )
     return 0
 
 

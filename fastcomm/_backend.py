@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,7 @@ from fastcomm._options import (Options, read_options, resolve_async_min_bytes, r
 from fastcomm._rendezvous import GroupFacts
 
 BACKEND_NAME = "fastcomm"
+"""The name the backend is registered under: ``dist.init_process_group("fastcomm")``."""
 
 
 def _cuda_unavailable_reason() -> str:
@@ -85,9 +87,46 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
 
 
 def fastcomm_backend(group: dist.ProcessGroup | None = None) -> _C.ProcessGroupFastcomm:
-    """The ProcessGroupFastcomm behind ``group`` (default: the default group)."""
+    """The ProcessGroupFastcomm behind ``group`` (default: the default group):
+    this rank's backend object, for what torch.distributed does not offer
+    (``algorithm_counts()``, ``allocate_tensor()``, ``p2p_stats()``, ...) and for
+    latency-bound calls without torch's Python wrapper
+    (``fastcomm_backend(group).allreduce([t]).wait()``).
+
+    Raises ValueError when ``group`` is not a fastcomm group.
+    """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     backend = pg._get_backend(torch.device("cpu"))
     if not isinstance(backend, _C.ProcessGroupFastcomm):
         raise ValueError(f"fastcomm_backend: group {pg.group_name!r} is not a fastcomm group (got {type(backend).__name__})")
     return backend
+
+
+# torch's switch: its reducer asks the group's backend for bucket memory unless this is "1" (its default)
+_DDP_COMM_MEM_VARIABLE = "DDP_DISABLE_COMM_MEM"
+
+
+def enable_ddp_arena() -> None:
+    """DDP models built after this call keep their gradient buckets in fastcomm's
+    shared-memory arena wherever their group is a fastcomm group whose ranks
+    share a host and their parameters are on CPU: the ranks then sum each
+    bucket in place in one another's memory, with no copy into or out of the
+    segment (docs/algorithms.md, "The arena"). Elsewhere buckets are as before.
+
+    Call it on every rank alike, before ``DistributedDataParallel(...)``: an
+    all_reduce needs every rank's tensor in the arena or none (a mix fails on
+    every rank). It sets torch's ``DDP_DISABLE_COMM_MEM=0`` in this process's
+    environment (inherited by the processes it starts); setting that variable
+    in the launcher's environment does the same.
+
+    Why this is not the default: torch's reducer decides where a bucket lives
+    from that one environment variable, for every DDP model of the process,
+    each time it lays out buckets (at construction and at the rebuild after the
+    first step), and then from whether the group's backend offers memory
+    (``Backend::supportsTensorAlloc``). No fastcomm group can opt in alone. Set
+    for fastcomm's sake, it would also move the buckets of NCCL DDP models in
+    the same process into NCCL's memory pool (``ncclMemAlloc``, on GPUs that
+    support multicast), and those of any other backend that offers memory.
+    Gloo offers none, so Gloo groups are unaffected either way.
+    """
+    os.environ[_DDP_COMM_MEM_VARIABLE] = "0"

@@ -1,4 +1,4 @@
-"""The one place fastcomm reads environment variables (all listed in README.md)."""
+"""The one place fastcomm reads environment variables (all listed in docs/tuning.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,90 +11,95 @@ class Options:
     # Worker threads of the internal Gloo backend (Gloo's own default is 2).
     gloo_threads: int = 2
     # CPU all_reduce of at most this many bytes runs as one all_gather plus a
-    # local reduction (allreduce_via_allgather); 0 turns that off. Measured: docs/algorithms.md.
+    # local reduction (allreduce_via_allgather); 0 turns that off. Measured by
+    # benchmarks/allreduce_vs_gloo.py (docs/algorithms.md "Across hosts").
     allreduce_allgather_max_bytes: int = 64 << 10
     # The shared-memory engine among ranks of one host (0: off, Gloo for everything).
     shm: bool = True
     # Bytes per rank per buffer in the segment: the chunk size of shm algorithms.
     shm_slot_bytes: int = 1 << 20
     # all_reduce of S bytes on P ranks runs one-shot while S * (P-1)^2 <= this, else two-shot.
-    # Measured: docs/algorithms.md.
+    # Measured by benchmarks/allreduce_vs_gloo.py --api cpp with this at 0 and
+    # at 1 GiB (docs/algorithms.md "The one-host all_reduce family").
     shm_oneshot_max_bytes: int = 128 << 10
     # all_reduce on one host of at least this many bytes runs on the group's op
     # queue thread: the call returns at once and its future completes there, so
     # DDP's backward keeps computing while its buckets are summed; smaller ones
     # run on the calling thread (no hand-over). 0: every one inline. -1 (unset):
     # 1 MiB where the host has two cores per local rank (the thread has a core
-    # to run on), else 0 (resolve_async_min_bytes). Measured: docs/algorithms.md.
+    # to run on), else 0 (resolve_async_min_bytes). Measured by
+    # benchmarks/arena_vs_ordinary.py and benchmarks/ddp_training.py
+    # (docs/algorithms.md "Work and futures").
     shm_async_min_bytes: int = -1
     # all_reduce on one host of an ordinary tensor (not from the arena) of
     # min..max bytes reads the peers' slices and writes the results into their
     # tensors with process_vm_readv/writev (allreduce_shm_single_copy: one copy
     # each way instead of two through the segment; where the kernel refuses,
     # the group goes on with one-shot and two-shot). 0: off. -1 (unset): 32 KiB
-    # where the host's ranks are at most as many as its CPUs (2 ranks: faster
-    # than one-shot from there), else off (4 ranks on 2 cores: slower at small
-    # sizes, mixed at 16 MiB); resolve_single_copy_min_bytes. Measured:
-    # docs/algorithms.md.
+    # where the host's ranks are at most as many as its CPUs (from there it
+    # beats one-shot), else off (a rank descheduled in the middle of a copy
+    # holds up the others); resolve_single_copy_min_bytes. Measured by
+    # benchmarks/peers/run.py (docs/algorithms.md "Single copy for ordinary tensors").
     shm_allreduce_single_copy_min_bytes: int = -1
     # ... up to this many bytes; above it two-shot. -1 (unset): no maximum
     # where reused tensors go into huge pages (shm_huge_pages_min_bytes > 0:
-    # 2 ranks, 64 MiB 7.1 against two-shot's 9.9 ms, 256 MiB 38 against 47),
-    # else 32 MiB (in 4 KiB pages single copy was 1-9% slower than two-shot
-    # from 48 MiB); resolve_single_copy_max_bytes.
+    # then single copy beats two-shot at every size), else 32 MiB (in 4 KiB
+    # pages two-shot passes it above that); resolve_single_copy_max_bytes.
+    # Measured by benchmarks/peers/run.py.
     shm_allreduce_single_copy_max_bytes: int = -1
     # A rank's own ordinary tensor of at least this many bytes that comes to a
     # single-copy all_reduce a second time (same address and length), or is
     # sent single copy a second time, has the whole 2 MiB blocks inside it
     # moved into transparent huge pages first (madvise MADV_COLLAPSE, once per
     # tensor): the kernel then pins 512x fewer pages when peers read and write
-    # it. 2 ranks: all_reduce 4 MiB 1.04x, 16 MiB 1.12x, 32 MiB 1.21x faster;
-    # sendrecv 64 MiB 1.2x. 0: never. Measured: docs/algorithms.md "Huge pages
-    # for reused tensors", "Point-to-point on one host"; transport/shm/huge_pages.h.
+    # it. 0: never. Measured by benchmarks/peers/run.py and
+    # benchmarks/allreduce_vs_gloo.py --op sendrecv with this at 0 as the
+    # variant (docs/algorithms.md "Huge pages for reused tensors");
+    # transport/shm/huge_pages.h.
     shm_huge_pages_min_bytes: int = 4 << 20
     # The fp16/bf16 hooks' low-precision all_reduce of an arena tensor (DDP's
     # buckets with DDP_DISABLE_COMM_MEM=0) of at least this many bytes reads and
     # writes the peers' tensors in place (allreduce_low_precision_shm_arena);
     # smaller ones go through the segment (ordinary tensors: single copy or the
-    # segment). 0: always in place. Measured: docs/compression.md.
+    # segment). 0: always in place. Measured by benchmarks/arena_vs_ordinary.py
+    # --collective all_reduce_fp16 (docs/compression.md "On arena buckets").
     shm_low_precision_arena_min_bytes: int = 4 << 10
     # An all_reduce of an arena tensor of at least this many bytes reads and
     # writes the peers' tensors in place (allreduce_shm_arena); smaller ones run
-    # one-shot (one round through the segment). 2 ranks, arena tensors: 8 KiB
-    # 2 us either way, 32 KiB 2 against 7, 64 KiB 3 against 14 (one-shot reads
-    # every peer's whole slot); 4 ranks on 2 cores alike at 8 KiB, one-shot
-    # ahead below. 0: always in place. Measured: docs/algorithms.md "The arena".
+    # one-shot (one round through the segment; from this size the arena wins,
+    # since one-shot reads every peer's whole slot). 0: always in place.
+    # Measured by benchmarks/arena_vs_ordinary.py (docs/algorithms.md "The arena").
     shm_arena_min_bytes: int = 8 << 10
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
     # made: 1 always, -1 ("auto" in the environment, the default) where the host's
     # ranks are exactly as many as the CPUs they may use (one each, as Open MPI
     # binds by default; resolve_cpu_placement), 0 never. auto is the default because
-    # beside a busy process unbound ranks often share one core (1 MiB 2x, 16 MiB
-    # 1.6x slower) and bound ones do not, quiet runs and a DDP step measured the
-    # same. Not bound where ranks outnumber CPUs (a bound rank cannot escape a busy
-    # neighbour): there auto keeps each op's thread on that CPU while no other
-    # process uses the CPUs (transport/shm/home_keeping.h; 4 ranks on 2 cores,
-    # quiet: 64 KiB and 1 MiB rounds within 1.18x and 1.04x of each other, against
-    # 1.83x and 2.13x free). Nothing where CPUs outnumber ranks (a rank's intra-op
-    # threads may use them). Measured: docs/algorithms.md "Binding ranks to CPUs".
+    # beside a busy process unbound ranks often share one core and bound ones do
+    # not, while quiet runs and DDP steps are no slower bound. Not bound where ranks
+    # outnumber CPUs (a bound rank cannot escape a busy neighbour): there auto
+    # keeps each op's thread on that CPU while no other process uses the CPUs
+    # (transport/shm/home_keeping.h: steadier rounds). Nothing where CPUs
+    # outnumber ranks (a rank's intra-op threads may use them). Measured by
+    # benchmarks/peers/run.py --background-load 1 and benchmarks/ddp_training.py
+    # (docs/algorithms.md "Where ranks run").
     shm_bind_cpus: int = -1
     # A bound process runs shared-memory ops of at least this many bytes on any
     # of the CPUs it had before binding, smaller ones on its own CPU (the thread
     # that runs the op changes its CPU set when the size class changes). Beside a
     # busy process a bound rank of a long op waits out the busy one's time slice
-    # while its peer idles, free it moves to the idle CPU: measured steadier and
-    # as fast or faster from 16 MiB, slower below. 0: every op bound.
-    # Measured: docs/algorithms.md "Binding ranks to CPUs".
+    # while its peer idles, free it moves to the idle CPU: steadier and as fast
+    # or faster from 16 MiB, slower below. 0: every op bound. Measured by
+    # benchmarks/peers/run.py --background-load 1 (docs/algorithms.md "Where ranks run").
     shm_unbound_min_bytes: int = 16 << 20
     # Largest piece (bytes per rank) of the pipelined hierarchical algorithms: the
     # leaders' network step of one piece overlaps the shared-memory steps of the
-    # next. Measured: docs/algorithms.md.
+    # next. Measured by benchmarks/multihost.py (docs/algorithms.md "Across hosts").
     pipeline_piece_bytes: int = 1 << 20
     # send/recv between ranks of one host: messages of at least this many bytes
     # are read by the receiver straight from the sender's memory (Linux
     # cross-memory attach, one copy instead of two through the channel); 0: never.
-    # Measured: docs/algorithms.md.
+    # Measured by benchmarks/allreduce_vs_gloo.py --op sendrecv --api cpp.
     p2p_single_copy_bytes: int = 64 << 10
     # Testing aid: consecutive blocks of this many group ranks act as separate hosts (0: real hosts).
     ranks_per_host: int = 0

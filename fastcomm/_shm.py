@@ -26,7 +26,7 @@ import warnings
 
 import torch.distributed as dist
 
-from fastcomm import _C
+from fastcomm import _C, _ptracer
 from fastcomm._gloo import make_gloo
 from fastcomm._options import Options, resolve_cpu_placement
 from fastcomm._rendezvous import Clock, GroupFacts, get_all
@@ -182,7 +182,7 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     if size == 1:
         check_segment_size(options.shm_slot_bytes, [1], facts.memory_bytes)
         # Its own host: the engine makes every collective a local copy, without
-        # Gloo's thread hand-off (~20 us per op).
+        # Gloo's thread hand-off per op.
         return ShmPlan(engine=_C.ShmEngine.create(1, options.shm_slot_bytes, [0], True, True))
     clock = Clock(rank, timeout)
     store.set(f"{_PREFIX}host/{rank}", _host_key(rank, options))
@@ -191,6 +191,9 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     local = [r for r in range(size) if keys[r] == keys[rank]]
     local_rank = local.index(rank)
     check_segment_size(options.shm_slot_bytes, [keys.count(k) for k in hosts], facts.memory_bytes)
+    # Before the engine exists, so every peer's declaration precedes any rank's single-copy probe.
+    _ptracer.declare_for_host(store, f"{_PREFIX}ancestry/", rank, local,
+                              lambda s, prefix, ranks: get_all(s, prefix, "ancestry", ranks, clock, "shared-memory set-up"))
     engine, status = None, "ok"
     try:
         if len(local) > 1:

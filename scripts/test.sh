@@ -6,9 +6,12 @@
 #     tests/unit (kernels, operator registration, the build's CUDA kernels),
 #     tests/gpu (runs where a GPU is visible, skips elsewhere) and the
 #     collective tests (the same C++ against another torch).
-# FASTCOMM_SKIP_CUDA_BUILD=1 skips step 2 (a machine without nvcc).
+# Step 1 also checks the formatting (scripts/format.sh --check) and builds the
+# documentation (scripts/docs.sh).
+# Without nvcc, a developer's machine runs step 1 only and says so; CI (CI=true)
+# requires nvcc. FASTCOMM_SKIP_CUDA_BUILD=1 skips step 2 anywhere.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k all_reduce -x).
-# Each step prints its wall time; README ("Tests") lists them as measured.
+# Each step prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,15 +36,23 @@ step() {  # name, then the command: runs it and prints how long it took
 
 echo "=== 1/2: CPU build (torch 2.13.0)" >&2
 step "CPU set-up and build" env FASTCOMM_VENV=.venv FASTCOMM_TORCH=torch==2.13.0 FASTCOMM_CUDA=0 bash scripts/setup.sh
+step "format check" bash scripts/format.sh --check
 step "CPU tests" run_pytest .venv tests "$@"
+if [[ -f scripts/docs.sh ]]; then
+  step "documentation" bash scripts/docs.sh .venv
+fi
 
 if [[ ${FASTCOMM_SKIP_CUDA_BUILD:-0} == 1 ]]; then
   echo "=== 2/2: CUDA build skipped (FASTCOMM_SKIP_CUDA_BUILD=1)" >&2
   exit 0
 fi
 if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-  echo "=== 2/2: no nvcc found: the CUDA build cannot be checked (set FASTCOMM_SKIP_CUDA_BUILD=1 to skip)" >&2
-  exit 1
+  if [[ ${CI:-} == true ]]; then
+    echo "=== 2/2: no nvcc found: CI requires the CUDA build (install the CUDA toolkit)" >&2
+    exit 1
+  fi
+  echo "=== CUDA stage skipped: nvcc not found (CI requires it)" >&2
+  exit 0
 fi
 echo "=== 2/2: CUDA build (torch 2.14.1 cu130 + nvcc)" >&2
 step "CUDA set-up and build" env FASTCOMM_VENV=.venv-cuda FASTCOMM_TORCH=torch==2.14.1 FASTCOMM_CUDA=1 \

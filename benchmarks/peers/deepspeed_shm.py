@@ -11,6 +11,7 @@ this host), MASTER_ADDR/MASTER_PORT name its shared memory, initialize(world,
 rank) once, then torch.ops.deepspeed.inference_all_reduce_(tensor) sums in place
 (float32, bfloat16, float16).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOME = os.path.join(HERE, "..", "..", ".venv-peers-deepspeed")
-SDIST = os.path.join(HOME, "deepspeed-0.19.8")
+VERSION = "0.19.8"  # setup.sh downloads this sdist
+SDIST = os.path.join(HOME, f"deepspeed-{VERSION}")
 BUILD = os.path.join(HOME, "build")
 
 
@@ -36,11 +38,15 @@ def load():
         simd = "-D__AVX512__" if "avx512" in f.read() else "-D__AVX256__"
     comm = os.path.join(SDIST, "csrc", "cpu", "comm")
     os.makedirs(BUILD, exist_ok=True)
-    return cpp_extension.load("deepspeed_shm_comm", [os.path.join(comm, "shm_interface.cpp"),
-                                                     os.path.join(comm, "shm.cpp")],
-                              extra_include_paths=[os.path.join(SDIST, "csrc", "cpu", "includes")],
-                              extra_cflags=["-O3", "-march=native", "-fopenmp", simd], extra_ldflags=["-fopenmp"],
-                              build_directory=BUILD, verbose=False)
+    return cpp_extension.load(
+        "deepspeed_shm_comm",
+        [os.path.join(comm, "shm_interface.cpp"), os.path.join(comm, "shm.cpp")],
+        extra_include_paths=[os.path.join(SDIST, "csrc", "cpu", "includes")],
+        extra_cflags=["-O3", "-march=native", "-fopenmp", simd],
+        extra_ldflags=["-fopenmp"],
+        build_directory=BUILD,
+        verbose=False,
+    )
 
 
 if __name__ == "__main__":
@@ -48,4 +54,4 @@ if __name__ == "__main__":
     if reason:
         sys.exit(reason)
     module = load()
-    print(f"deepspeed 0.19.8 shm op: {module.__file__}, vector kernel level {module.vector_kernel_level()}")
+    print(f"deepspeed {VERSION} shm op: {module.__file__}, vector kernel level {module.vector_kernel_level()}")

@@ -11,7 +11,7 @@
 // final, or with the error that stopped it. An op that ran to its end inside
 // launch() (the shared-memory ones) returns `finished` instead, and no future:
 // one is made only when someone asks (future_of), which most callers of a
-// ~1 us small op never do. P2P delegates have no future; their `works` are
+// microsecond-scale small op never do. P2P delegates have no future; their `works` are
 // waited directly. Shared-memory p2p has both a future and a `driver` work
 // whose wait() moves the op on the caller's thread.
 #pragma once

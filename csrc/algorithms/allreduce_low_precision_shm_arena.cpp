@@ -20,8 +20,9 @@
 // allreduce_low_precision_shm: the result is equal bit for bit, and so is each
 // rank's clamp count (the clamps of its own values). Per source element the
 // reducer reads the tensor once (no write into the segment and no read of it
-// back). Below `min_bytes` (4 KiB by default) the segment path was as fast
-// (measured: docs/compression.md "On arena buckets").
+// back). Below `min_bytes` (4 KiB by default) the segment path is as fast
+// (benchmarks/arena_vs_ordinary.py --collective all_reduce_fp16;
+// docs/compression.md "On arena buckets").
 #include <vector>
 
 #include "algorithms/registry.h"
@@ -34,8 +35,9 @@ namespace fastcomm {
 namespace {
 
 // Elements summed at a time: the piece of the sum is still in L1 when it is
-// copied to the peers (measured against 16384: 1 MiB 31 against 37 us, 16 MiB
-// 0.73-0.77 against 0.85-0.90 ms; 2048 and 8192 no better).
+// copied to the peers (larger pieces fall out of it, smaller ones add
+// per-piece overhead; benchmarks/arena_vs_ordinary.py --collective
+// all_reduce_fp16).
 constexpr int64_t kPieceElements = 4096;
 
 // Where a rank's clamp counts (one int64 per local rank) go in its slot: past

@@ -17,8 +17,9 @@
 // Bit for bit the result of allreduce_low_precision_shm (same conversions,
 // same rank-order sums), with the same per-rank clamp counts. Per rank it
 // touches only its slice of each tensor and the pieces it takes over (the
-// segment path converts and widens the whole tensor on every rank): 1.4-2x
-// faster from 64 KiB on 2 ranks (docs/compression.md). Where a rank is refused
+// segment path converts and widens the whole tensor on every rank);
+// benchmarks/arena_vs_ordinary.py --collective all_reduce_fp16 measures both
+// (docs/compression.md). Where a rank is refused
 // cross-memory access the group's first op runs the segment steps
 // (allreduce_low_precision_shm.h) and later ones go to the segment path.
 #include <memory>

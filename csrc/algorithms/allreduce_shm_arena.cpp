@@ -16,8 +16,9 @@
 //   round 2: no rank returns (and lets its caller touch the tensor) while a
 //            peer may still read or write it.
 // Per rank: S read + S/P written to reduce, (P-1)/P*S written to peers;
-// pushing the hot result beat pulling it from its owner after a round (the
-// previous design, docs/algorithms.md "The arena"). Every rank must pass an
+// pushing the result while it is in cache beats pulling it from its owner
+// after a round (benchmarks/arena_vs_ordinary.py; docs/algorithms.md "The
+// arena"). Every rank must pass an
 // arena tensor: the descriptor says so (root = kRootArena), so a rank that
 // passes an ordinary tensor makes the op fail on every rank with "ranks
 // disagree" instead of mixing protocols.

@@ -8,8 +8,9 @@
 // Those reads grow with P and the P readers share the memory bandwidth, so the
 // cost grows like P^2 against two-shot's ~2S: one-shot runs while
 // S * (P-1)^2 <= `max_bytes` (FASTCOMM_SHM_ONESHOT_MAX_BYTES, the 2-rank
-// threshold). Measured crossovers (docs/algorithms.md): ~128 KiB at 2 ranks,
-// ~16 KiB at 4.
+// threshold). The crossover is measured by benchmarks/allreduce_vs_gloo.py
+// --api cpp with FASTCOMM_SHM_ONESHOT_MAX_BYTES=0 (two-shot) against a large
+// value (one-shot) (docs/algorithms.md "The one-host all_reduce family").
 #include "algorithms/registry.h"
 #include "algorithms/shm_blocks.h"
 #include "algorithms/shm_common.h"

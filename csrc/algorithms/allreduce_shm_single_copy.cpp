@@ -5,10 +5,11 @@
 // copied once.
 //
 // Per rank: (P-1)/P*S read from peers, S/P reduced, (P-1)/P*S written to
-// peers, 2 rounds per op. Pushing the hot result beat pulling it from its
-// owner after a round (the previous design) by 1.2-1.4x at 4-32 MiB and 2x at
-// 128 KiB-2 MiB, and beats one-shot from 32 KiB on 2 ranks (docs/algorithms.md
-// "Single copy for ordinary tensors"). Where a rank is refused cross-memory
+// peers, 2 rounds per op. Pushing the result while it is in the writer's
+// cache beats pulling it from its owner after a round, and with a CPU per rank
+// single copy beats one-shot from its automatic minimum (benchmarks/peers/run.py
+// --libraries fastcomm; docs/algorithms.md "Single copy for ordinary
+// tensors"). Where a rank is refused cross-memory
 // access, the group's first op runs two-shot's steps (allreduce_shm_twoshot.h)
 // and later ones go to one-shot or two-shot.
 #include <memory>

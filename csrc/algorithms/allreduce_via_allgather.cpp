@@ -4,7 +4,9 @@
 // few bytes pay two rounds of its latency; an all_gather pays one. For tensors
 // of at most `max_bytes` this algorithm gathers every rank's tensor and reduces
 // the rows locally, in rank order, so every rank computes bitwise the same
-// result (measured on the 2-core development machine: docs/algorithms.md).
+// result. The gathered volume grows with P, so it pays only for small
+// messages (benchmarks/allreduce_vs_gloo.py with
+// FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES at 0 and above the sizes measured).
 //
 // Steps: one all_gather_into_tensor (each rank receives (P-1) * S bytes), then
 // P-1 elementwise passes over S bytes. Accepts SUM, PRODUCT, MIN, MAX and the

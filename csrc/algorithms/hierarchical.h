@@ -91,7 +91,7 @@ struct HostLayout {
 // has at most kMaxPipelinePieces pieces. Messages up to one piece run
 // unpipelined. Larger pieces cost fewer Gloo ops (a CPU-bound host gains),
 // smaller ones keep less in flight on the link (a congested one gains):
-// measured in docs/algorithms.md. A piece may span several engine rounds.
+// benchmarks/multihost.py measures both. A piece may span several engine rounds.
 size_t pipeline_piece_bytes(size_t max_piece, size_t element, size_t block_bytes, int blocks = 1);
 
 // Past this many pieces the Gloo ops' own cost (about a millisecond each on a

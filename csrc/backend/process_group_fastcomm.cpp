@@ -64,9 +64,10 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   dispatcher_.add(make_int16_via_int32());
   dispatcher_.add(make_reinterpret_dtype());
   if (topology.single_host()) {
-    // Single copy first (ordinary tensors of its range: from 32 KiB on 2 ranks
-    // it beat one-shot, measured), the arena's in-place all_reduce for arena
-    // tensors from shm_arena_min_bytes (it beat one-shot from 8 KiB); where
+    // Single copy first (ordinary tensors of its range, where it beats
+    // one-shot), the arena's in-place all_reduce for arena tensors from
+    // shm_arena_min_bytes (where it beats one-shot; benchmarks/peers/run.py and
+    // benchmarks/arena_vs_ordinary.py measure both); where
     // the kernel refuses single copy, below its range, or below the arena's
     // minimum, one-shot, whose one round wins for small messages.
     dispatcher_.add(make_allreduce_shm_single_copy(topology, arena_, config_.shm_allreduce_single_copy_min_bytes,

@@ -22,7 +22,7 @@ FastcommWork::FastcommWork(
       results_(std::move(results)) {
   // Shared-memory collectives finish inside launch: no Completion and no
   // callback then (a mutex, a condition variable and two allocations on the
-  // ~1 us small-message path); a completed future never needs waiting for.
+  // microsecond-scale small-message path); a completed future never needs waiting for.
   if (launched_.future && !launched_.future->completed()) {
     completion_ = std::make_shared<Completion>();
     auto completion = completion_;

@@ -42,7 +42,8 @@ class NoGilDestructorHolder {
   NoGilDestructorHolder& operator=(const NoGilDestructorHolder&) = default;
   NoGilDestructorHolder& operator=(NoGilDestructorHolder&&) noexcept = default;
   /* implicit */ NoGilDestructorHolder(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}
-  // pybind11 builds holders from the raw pointer of a new object (pybind11 issue 2957).
+  // pybind11 builds holders from the raw pointer of a new object
+  // (https://github.com/pybind/pybind11/issues/2957).
   explicit NoGilDestructorHolder(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
   ~NoGilDestructorHolder() {
     if (impl_ && PyGILState_Check()) {

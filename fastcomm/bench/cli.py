@@ -54,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: nccl-tests' flags and defaults, then fastcomm's own."""
     p = _Parser(prog="fastcomm-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("collective", help="one of " + ", ".join(COLLECTIVES))
     p.add_argument("-b", "--minbytes", default="32M", help="smallest size (default 32M)")
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
+    """A run's settings, parsed and checked: sizes expanded to the sweep, sizes
+    in bytes, dtype and op names resolved ('all' expanded)."""
+
     collective: str
     sizes: tuple[int, ...]
     minbytes: int
@@ -266,6 +270,10 @@ def _spawned_rank(rank: int, nproc: int, store, opts: Options) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``fastcomm-bench`` command: parses `argv` (default: the command
+    line), then runs the sweep on ``--nproc`` spawned local ranks, or on this
+    process's rank under torchrun. Returns the exit status: 0, 1 when a
+    result was wrong or a call refused, 2 on a bad argument."""
     try:
         opts = parse_args(argv)
     except UsageError as e:

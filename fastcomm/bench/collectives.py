@@ -48,6 +48,8 @@ def input_pattern(rank: int, numel: int, dtype: torch.dtype, op: str, nranks: in
 
 
 def reduce_exact(parts: list[torch.Tensor], op: str, dtype: torch.dtype) -> torch.Tensor:
+    """The exact reduction of `parts` by `op` (sum, avg, prod, min, max),
+    computed in float64 or int64 and returned in `dtype`."""
     wide = torch.float64 if dtype.is_floating_point else torch.int64
     stack = torch.stack([p.to(wide) for p in parts])
     if op in ("sum", "avg"):
@@ -94,6 +96,9 @@ class Buffers:
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveSpec:
+    """One collective for the harness: its buffers, the call, its bus-bandwidth
+    factor and the exact result to check."""
+
     name: str
     reduces: bool  # takes -o
     rooted: bool  # takes -r

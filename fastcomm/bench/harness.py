@@ -78,6 +78,7 @@ Timer = Callable[[int], float]
 
 
 def timer_of(fn: Callable[[], Any]) -> Timer:
+    """A Timer (iters -> seconds per call) that times `fn` with timed()."""
     return lambda iters: timed(fn, iters)
 
 
@@ -120,6 +121,9 @@ def alternating_rounds(timers: dict[str, Timer], control: dist.ProcessGroup, *, 
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
+    """What sweep() runs: one collective over sizes x dtypes x ops, with
+    nccl-tests' iteration, check, averaging and blocking settings."""
+
     collective: str
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...]
@@ -135,6 +139,8 @@ class SweepConfig:
 
 @dataclasses.dataclass
 class Measurement:
+    """One timed variant (out of place or in place) of one row, agreed across ranks."""
+
     time_us: float
     algbw: float  # GB/s, 1e9 B/s
     busbw: float
@@ -144,6 +150,9 @@ class Measurement:
 
 @dataclasses.dataclass
 class Row:
+    """One line of nccl-tests' table: a size, dtype, op and root, both variants
+    (None where torch cannot express the variant)."""
+
     size: int
     count: int
     dtype: str
@@ -251,6 +260,7 @@ def summary(rows: list[Row]) -> tuple[int, float]:
 
 
 def errors(rows: list[Row]) -> list[str]:
+    """The messages of every call the backend refused or failed in `rows`."""
     return [m.error for r in rows for m in (r.out_of_place, r.in_place) if m is not None and m.error]
 
 

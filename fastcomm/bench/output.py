@@ -7,6 +7,7 @@ from fastcomm.bench.harness import Measurement, Row, errors, summary
 
 
 def format_time(us: float) -> str:
+    """Microseconds as nccl-tests prints them (7 wide, fewer decimals as they grow)."""
     if us >= 10000.0:
         return f"{us:7.0f}"
     if us >= 100.0:
@@ -24,10 +25,12 @@ def _cell(m: Measurement | None) -> str:
 
 
 def format_row(row: Row) -> str:
+    """One table line: size, count, type, op, root, then both variants' columns."""
     return f"{row.size:12d}  {row.count:12d}  {row.dtype:>8}  {row.op:>6}  {row.root:6d}" + _cell(row.out_of_place) + _cell(row.in_place)
 
 
 def header(title_lines: list[str]) -> list[str]:
+    """The comment lines above the table: the title, then the column headings."""
     lines = [f"# {t}" if t else "#" for t in title_lines]
     lines.append("#")
     lines.append(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place          ")
@@ -42,6 +45,7 @@ def header(title_lines: list[str]) -> list[str]:
 
 
 def footer(rows: list[Row]) -> list[str]:
+    """nccl-tests' closing lines: wrong values, average bus bandwidth, failed calls."""
     wrong, avg = summary(rows)
     failed = errors(rows)
     lines = [
@@ -54,6 +58,7 @@ def footer(rows: list[Row]) -> list[str]:
 
 
 def table(title_lines: list[str], rows: list[Row]) -> str:
+    """One backend's whole table: header, rows, footer."""
     return "\n".join(header(title_lines) + [format_row(r) for r in rows] + footer(rows))
 
 
@@ -93,6 +98,7 @@ def _row_dict(row: Row) -> dict:
 
 
 def to_json(meta: dict, rows: dict[str, list[Row]]) -> str:
+    """`meta` plus every backend's rows and summary, as indented JSON."""
     out = dict(meta)
     out["results"] = {}
     for label, rs in rows.items():
@@ -104,6 +110,7 @@ def to_json(meta: dict, rows: dict[str, list[Row]]) -> str:
 
 
 def plot(path: str, title: str, rows: dict[str, list[Row]]) -> None:
+    """Bus bandwidth against size, one line per backend, saved to `path` (needs matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")

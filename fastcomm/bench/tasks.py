@@ -40,11 +40,13 @@ def _teacher() -> torch.Tensor:
 
 
 def teacher_batch(rank: int, step: int, rows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch of step `step`: features and the teacher's class labels."""
     x = torch.randn(rows, 12, generator=torch.Generator().manual_seed(step * 100 + rank))
     return x, (x @ _teacher()).argmax(1)
 
 
 def teacher_eval_set() -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher task's evaluation set, the same on every rank."""
     x = torch.randn(512, 12, generator=torch.Generator().manual_seed(99))
     return x, (x @ _teacher()).argmax(1)
 
@@ -53,6 +55,8 @@ VOCAB, SEQUENCE = 32, 32
 
 
 class MarkovTransformer(nn.Module):
+    """A small causal transformer: token logits for each position of a sequence."""
+
     def __init__(self, d_model: int = 64, layers: int = 2, heads: int = 4) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, d_model)
@@ -84,8 +88,10 @@ def markov_batch(rank: int, step: int, rows: int = 16) -> tuple[torch.Tensor, to
 
 
 def markov_eval_set() -> tuple[torch.Tensor, torch.Tensor]:
+    """The Markov task's evaluation set, the same on every rank."""
     return markov_batch(rank=-1, step=-1, rows=256)
 
 
 def markov_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of next-token logits against the targets."""
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))

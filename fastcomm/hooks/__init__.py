@@ -1,10 +1,14 @@
 """DDP communication hooks on fastcomm's fused compression kernels.
 
-    state = fastcomm.hooks.register(ddp_model, "powersgd", rank=4)
+    state = fastcomm.hooks.register(ddp_model, "powersgd", matrix_approximation_rank=4)
     ...
     print(state.stats())   # {"steps", "raw_bytes", "wire_bytes", "compression_ratio", ...}
 
-or torch-style: ``ddp_model.register_comm_hook(fastcomm.hooks.PowerSGDState(), fastcomm.hooks.powersgd_hook)``.
+or with a state made beforehand, checked against the hook when registered:
+``fastcomm.hooks.register(ddp_model, "powersgd", state=fastcomm.hooks.PowerSGDState(group, 4))``;
+or torch-style, checked at the first backward:
+``ddp_model.register_comm_hook(fastcomm.hooks.PowerSGDState(), fastcomm.hooks.powersgd_hook)``.
+PowerSGDState takes torch's PowerSGDState's arguments, with its defaults.
 The hooks work on any process group (gloo, nccl, fastcomm) and on CPU and
 CUDA buckets. The kernels are the fastcomm::compress_* torch operators; their
 plain torch references are in fastcomm.hooks.reference.

@@ -1,7 +1,12 @@
 """Checks of hook options, run when a state is made (so at register()): a bad
 value raises ValueError naming the hook and the option, before anything is
-registered."""
+registered. Deprecated option names are translated here too."""
 from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from typing import Any, Callable
 
 
 def positive_int(hook: str, name: str, value: object) -> int:
@@ -33,3 +38,40 @@ def flag(hook: str, name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"fastcomm.hooks {hook}: {name} must be True or False, got {value!r}")
     return value
+
+
+def rename_options(owner: str, names: dict[str, str], options: dict[str, Any], positional: set[str] = frozenset(),
+                   stacklevel: int = 2) -> dict[str, Any]:
+    """`options` with every deprecated name of `names` (deprecated -> current)
+    replaced by its current one, each with a DeprecationWarning (`stacklevel`
+    counted from the caller of this function); TypeError naming `owner` when a
+    deprecated name comes with its current one (among the options or in
+    `positional`, the names given by position)."""
+    options = dict(options)
+    for old, new in names.items():
+        if old not in options:
+            continue
+        if new in options or new in positional:
+            raise TypeError(f"{owner}: got both {old}= (deprecated) and {new}=; pass {new}= only")
+        warnings.warn(f"{owner}: {old}= is deprecated, use {new}=", DeprecationWarning, stacklevel=stacklevel + 1)
+        options[new] = options.pop(old)
+    return options
+
+
+def renamed(owner: str, names: dict[str, str]) -> Callable[[Callable], Callable]:
+    """Decorates a state's ``__init__`` so that the keyword arguments in `names`
+    (deprecated -> current) keep working, as rename_options() says.
+    ``__init__.renamed`` holds `names`, for make_state()."""
+
+    def decorate(init: Callable) -> Callable:
+        parameters = list(inspect.signature(init).parameters)
+
+        @functools.wraps(init)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs = rename_options(owner, names, kwargs, set(parameters[: len(args)]), stacklevel=2)
+            return init(*args, **kwargs)
+
+        wrapper.renamed = dict(names)
+        return wrapper
+
+    return decorate

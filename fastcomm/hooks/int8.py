@@ -35,7 +35,7 @@ class Int8State(ErrorFeedbackState):
 
     def rounding_seed(self, bucket_index: int) -> int:
         """Different draws per step, bucket and rank; a host integer (no device sync)."""
-        return (self.seed * 1_000_003 + self.steps * 65_537 + bucket_index * 257 + self.rank) % (1 << 62)
+        return (self.seed * 1_000_003 + self.steps * 65_537 + bucket_index * 257 + self.group_rank) % (1 << 62)
 
 
 def int8_hook(state: Int8State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

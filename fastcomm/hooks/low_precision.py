@@ -6,8 +6,8 @@ summed in half precision (accumulated in float32, rounded once) and converted
 back into the bucket. On a fastcomm group with CPU buckets that is one call,
 the backend's low-precision all_reduce (``all_reduce_low_precision``: on one
 host the conversions, the float32 sum and the rounding run in one pass over
-the peers' buckets, read and written in place for DDP's arena buckets,
-DDP_DISABLE_COMM_MEM=0, and by cross-memory attach for ordinary ones from
+the peers' buckets, read and written in place for DDP's arena buckets
+(fastcomm.enable_ddp_arena()), and by cross-memory attach for ordinary ones from
 single copy's minimum; smaller ones convert on the way into and out of shared
 memory; docs/compression.md). On other groups (Gloo, NCCL, CUDA buckets) one
 fused pass compresses, an ordinary all_reduce sums the half-precision bucket
@@ -98,7 +98,8 @@ def _low_precision_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> to
     return state.all_reduce(compressed).then(decompress)
 
 
-def _check_low_precision_state(hook: str, state: object, dtype: torch.dtype) -> None:
+def check_low_precision_state(hook: str, state: object, dtype: torch.dtype) -> None:
+    """check_state() for the fp16 and bf16 hooks: also the state's dtype."""
     check_state(hook, state, LowPrecisionState)
     if state.dtype != dtype:
         raise TypeError(
@@ -109,11 +110,11 @@ def _check_low_precision_state(hook: str, state: object, dtype: torch.dtype) -> 
 
 def fp16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, sent as float16 (state.dtype must be float16)."""
-    _check_low_precision_state("fp16", state, torch.float16)
+    check_low_precision_state("fp16", state, torch.float16)
     return _low_precision_hook(state, bucket)
 
 
 def bf16_hook(state: LowPrecisionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, sent as bfloat16 (state.dtype must be bfloat16)."""
-    _check_low_precision_state("bf16", state, torch.bfloat16)
+    check_low_precision_state("bf16", state, torch.bfloat16)
     return _low_precision_hook(state, bucket)

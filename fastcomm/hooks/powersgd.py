@@ -11,17 +11,19 @@ Per bucket and step (two all_reduces; torch's hook makes three):
   Q = M^T P;  all_reduce(Q)
   bucket = P (Q / world_size)^T;  error = M - bucket
 Small matrices of one shape are handled as one batch (torch.bmm, batched
-Gram-Schmidt), so a model with many equal small layers costs a few torch calls
+Gram-Schmidt; batch_tensors_with_same_shape, on by default), so a model with many equal small layers costs a few torch calls
 per bucket instead of several per tensor; large ones are used in place (no
 copy); Gram-Schmidt is batched over each shape either way. The 1/world_size is
 folded into Q (small) rather than applied over the bucket. No step reads a device value on the
-host (no .item(), no synchronize), and compression starts at step
-`start_step` (default 0; torch's hook waits 1000 steps by default). Error and
+host (no .item(), no synchronize). Compression starts after
+`start_powerSGD_iter` steps of plain all_reduce (torch's name and default, 1000). Error and
 Q buffers are per bucket in the state (checkpointed); they restart when a
 bucket's layout changes (DDP rebuilds its buckets after the first step).
 """
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,6 +33,7 @@ from fastcomm.hooks.allreduce import average
 from fastcomm.hooks.state import HookState, check_state
 
 _ops = torch.ops.fastcomm
+_log = logging.getLogger(__name__)
 
 # Matrices of one shape are batched (stacked, one bmm) when smaller than this;
 # larger ones are used in place, one mm each: the stack's copy would cost more
@@ -39,44 +42,110 @@ _BATCH_MAX_ELEMENTS = 1 << 16
 
 
 class PowerSGDState(HookState):
-    """``PowerSGDState(process_group=None, rank=2, start_step=0, min_compression_rate=2.0,
-    error_feedback=True, warm_start=True, orthogonalization_epsilon=0.0, seed=0)``
+    """``PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=1_000,
+    min_compression_rate=2, use_error_feedback=True, warm_start=True, orthogonalization_epsilon=0,
+    random_seed=0, compression_stats_logging_frequency=10_000, batch_tensors_with_same_shape=True)``
 
-    rank: the approximation rank r (>= 1). start_step: steps of plain
-    all_reduce before compressing. min_compression_rate: compress a matrix only
-    when that saves at least this factor. seed: the initial Q, the same on
-    every rank.
+    The arguments, their meaning and their defaults are those of torch's
+    ``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.PowerSGDState``,
+    so a state written for torch's hook works here:
+
+    matrix_approximation_rank: the approximation rank r (>= 1).
+    start_powerSGD_iter: steps of plain all_reduce before compressing.
+    min_compression_rate: compress a matrix only when that saves at least this factor.
+    use_error_feedback, warm_start: see the module's docstring.
+    orthogonalization_epsilon: added to each column's norm in Gram-Schmidt.
+    random_seed: the initial Q, the same on every rank.
+    compression_stats_logging_frequency: compression_stats() is logged (INFO,
+      logger ``fastcomm.hooks.powersgd``) every this many compressed steps.
+
+    Where fastcomm differs from torch:
+
+    - process_group may be left out (None: the default group); torch requires it.
+    - start_powerSGD_iter may be 0 or 1 with error feedback or warm start. torch
+      refuses them because DDP rebuilds its buckets after the first step and
+      its per-bucket buffers would no longer fit; fastcomm's follow their
+      parameters across the rebuild.
+    - batch_tensors_with_same_shape defaults to True (torch: False): only
+      matrices below 65536 elements are stacked into one batch (larger ones are
+      compressed in place either way), so the stack's copy stays small, which
+      is torch's reason for False, while a model with many equal small layers
+      saves most of its per-matrix calls.
+    - the matrix rank is ``matrix_approximation_rank``; there is no ``rank``
+      attribute (torch's state has none either); this process's rank in the
+      group is ``group_rank``.
+
+    fastcomm's former names still work, with a DeprecationWarning: rank,
+    start_step, error_feedback, seed.
     """
 
     hook_name = "powersgd"
 
+    @_options.renamed("fastcomm.hooks powersgd", {
+        "rank": "matrix_approximation_rank", "start_step": "start_powerSGD_iter",
+        "error_feedback": "use_error_feedback", "seed": "random_seed"})
     def __init__(
         self,
         process_group: dist.ProcessGroup | None = None,
-        rank: int = 2,
-        start_step: int = 0,
-        min_compression_rate: float = 2.0,
-        error_feedback: bool = True,
+        matrix_approximation_rank: int = 1,
+        start_powerSGD_iter: int = 1_000,
+        min_compression_rate: float = 2,
+        use_error_feedback: bool = True,
         warm_start: bool = True,
-        orthogonalization_epsilon: float = 0.0,
-        seed: int = 0,
+        orthogonalization_epsilon: float = 0,
+        random_seed: int = 0,
+        compression_stats_logging_frequency: int = 10_000,
+        batch_tensors_with_same_shape: bool = True,
     ) -> None:
         super().__init__(process_group)
         name = self.hook_name
-        self.matrix_rank = _options.positive_int(name, "rank", rank)
-        self.start_step = _options.non_negative_int(name, "start_step", start_step)
+        self.matrix_approximation_rank = _options.positive_int(name, "matrix_approximation_rank",
+                                                               matrix_approximation_rank)
+        self.start_powerSGD_iter = _options.non_negative_int(name, "start_powerSGD_iter", start_powerSGD_iter)
         self.min_compression_rate = _options.non_negative_float(name, "min_compression_rate", min_compression_rate)
-        self.error_feedback = _options.flag(name, "error_feedback", error_feedback)
+        self.use_error_feedback = _options.flag(name, "use_error_feedback", use_error_feedback)
         self.warm_start = _options.flag(name, "warm_start", warm_start)
         self.orthogonalization_epsilon = _options.non_negative_float(
             name, "orthogonalization_epsilon", orthogonalization_epsilon
         )
-        self.seed = _options.non_negative_int(name, "seed", seed)
+        self.random_seed = _options.non_negative_int(name, "random_seed", random_seed)
+        # as torch: 0 logs every step
+        self.compression_stats_logging_frequency = max(1, _options.non_negative_int(
+            name, "compression_stats_logging_frequency", compression_stats_logging_frequency))
+        self.batch_tensors_with_same_shape = _options.flag(
+            name, "batch_tensors_with_same_shape", batch_tensors_with_same_shape)
+        # elements of the buckets of compressed steps, and of what they became (P, Q
+        # and the uncompressed gradients): torch's compression_stats() counters
+        self.total_numel_before_compression = 0
+        self.total_numel_after_compression = 0
+        self._next_stats_report = 0
         self._plans: dict[int, _BucketPlan] = {}
 
+    @property
+    def rank(self):
+        raise AttributeError(
+            "fastcomm.hooks powersgd: PowerSGDState has no attribute 'rank': the approximation rank is "
+            "matrix_approximation_rank, this process's rank in the group is group_rank"
+        )
+
     def compresses(self, rows: int, cols: int) -> bool:
-        r = self.matrix_rank
+        r = self.matrix_approximation_rank
         return r < min(rows, cols) and (rows + cols) * r * self.min_compression_rate < rows * cols
+
+    def compression_stats(self) -> tuple[float, int, int]:
+        """torch's: (compression rate, elements before compression, elements after
+        it) over the compressed steps so far; the rate is 0 before the first."""
+        before, after = self.total_numel_before_compression, self.total_numel_after_compression
+        return (before / after if after else 0, before, after)
+
+    def _count_compressed(self, bucket_numel: int, plan: "_BucketPlan", new_step: bool) -> None:
+        self.total_numel_before_compression += bucket_numel
+        self.total_numel_after_compression += plan.p_numel + plan.q_numel + plan.uncompressed_numel
+        if new_step and self.steps >= self._next_stats_report:
+            rate, before, after = self.compression_stats()
+            _log.info("fastcomm.hooks powersgd: step %d, %d elements before compression, %d after, rate %.3g",
+                      self.steps, before, after, rate)
+            self._next_stats_report = self.steps + self.compression_stats_logging_frequency
 
     def plan_for(self, bucket: dist.GradBucket, grads: list[torch.Tensor]) -> "_BucketPlan":
         layout = self.bucket_layout(bucket)
@@ -87,11 +156,26 @@ class PowerSGDState(HookState):
             self._plans[bucket.index()] = plan
         return plan
 
-    def initial_q(self, bucket_index: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Q before the first step (every step without warm start): the same normal
-        draws on every rank, from a generator on the bucket's device (no host copy)."""
-        generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + bucket_index)
+    def initial_q(self, bucket_index: int, numel: int, dtype: torch.dtype, device: torch.device,
+                  step: int = 0) -> torch.Tensor:
+        """Q before the first step (warm start), or of step `step` (without warm
+        start: a new projection every step, as torch draws one, so no direction
+        of the gradient stays unseen): the same normal draws on every rank, from
+        a generator on the bucket's device (no host copy)."""
+        seed = self.random_seed * 1_000_003 + step * 65_537 + bucket_index
+        generator = torch.Generator(device=device).manual_seed(seed)
         return torch.randn(numel, generator=generator, dtype=torch.float32, device=device).to(dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["numel_before_compression"] = self.total_numel_before_compression
+        state["numel_after_compression"] = self.total_numel_after_compression
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.total_numel_before_compression = int(state.get("numel_before_compression", 0))
+        self.total_numel_after_compression = int(state.get("numel_after_compression", 0))
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -125,7 +209,7 @@ class _BucketPlan:
 
     @staticmethod
     def make(signature: tuple, keys: list[str], grads: list[torch.Tensor], state: PowerSGDState) -> "_BucketPlan":
-        r = state.matrix_rank
+        r = state.matrix_approximation_rank
         by_shape: dict[tuple[int, int], list[int]] = {}
         uncompressed: list[int] = []
         for i, g in enumerate(grads):
@@ -203,13 +287,15 @@ def _orthogonalize(p: torch.Tensor, epsilon: float) -> None:
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: the bucket's mean, matrices as rank-r PowerSGD approximations."""
     check_state("powersgd", state, PowerSGDState)
+    steps_before = state.steps
     state._count_bucket(bucket)  # steps now counts this step too
-    if state.steps <= state.start_step:
+    if state.steps <= state.start_powerSGD_iter:
         return average(state, bucket)
     buffer = bucket.buffer()
     grads = bucket.gradients()
     plan = state.plan_for(bucket, grads)
-    index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_rank
+    state._count_compressed(buffer.numel(), plan, new_step=state.steps != steps_before)
+    index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_approximation_rank
     p_all = state.scratch(index, "p", plan.p_numel + plan.uncompressed_numel, dtype, device)
     if state.warm_start:
         def init_q(numel: int, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
@@ -218,9 +304,9 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         q_all = state.param_buffers.get(index, "q", plan.q_layout, plan.q_numel, dtype, device, init_q)
     else:
         q_all = state.scratch(index, "q", plan.q_numel, dtype, device)
-        q_all.copy_(state.initial_q(index, plan.q_numel, dtype, device))
+        q_all.copy_(state.initial_q(index, plan.q_numel, dtype, device, step=state.steps))
     error_all = None
-    if state.error_feedback:
+    if state.use_error_feedback:
         error_all = state.param_buffers.get(index, "error", plan.error_layout, plan.error_numel, dtype, device)
 
     def p_of(g: _MatrixGroup) -> torch.Tensor:
@@ -234,7 +320,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
 
     matrices = []
     for g in plan.groups:
-        if len(g.indices) == 1 or g.rows * g.cols >= _BATCH_MAX_ELEMENTS:
+        if len(g.indices) == 1 or g.rows * g.cols >= _BATCH_MAX_ELEMENTS or not state.batch_tensors_with_same_shape:
             # views of the gradients themselves (no copy); M = grad + error in place:
             # the bucket is overwritten with the result anyway
             m = [grads[i].view(g.rows, g.cols) for i in g.indices]

@@ -38,7 +38,7 @@ class HookState:
             raise RuntimeError(f"fastcomm.hooks {self.hook_name}: torch.distributed is not initialized")
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
-        self.rank = dist.get_rank(process_group)
+        self.group_rank = dist.get_rank(process_group)  # this process's rank in the group
         self.steps = 0
         self.raw_bytes = 0
         self.wire_bytes = 0
@@ -90,7 +90,7 @@ class HookState:
         self.wire_bytes += payload.numel() * payload.element_size()
         numel = payload.numel()
         gathered = self.scratch(bucket_index, "gathered", self.world_size * numel, payload.dtype, payload.device)
-        mine = gathered.narrow(0, self.rank * numel, numel)
+        mine = gathered.narrow(0, self.group_rank * numel, numel)
         mine.copy_(payload)
         work = all_gather_single(gathered, mine, group=self.process_group, async_op=True)
         return gathered.view(self.world_size, numel), work.get_future()
@@ -177,10 +177,11 @@ class HookState:
 
 
 def check_state(hook: str, state: object, expected: type[HookState]) -> None:
-    """Every hook's first act: TypeError, naming the hook, unless `state` is an
-    `expected`. torch's register_comm_hook accepts any state, so the hook's
-    first call (the first backward, before any collective) is the earliest
-    place a state of another hook, or no hook state at all, can be caught."""
+    """Every hook's first act, and register(..., state=)'s: TypeError, naming
+    the hook and the state's type, unless `state` is an `expected`. torch's
+    register_comm_hook accepts any state, so for a state registered there the
+    hook's first call (the first backward, before any collective) is the
+    earliest place a state of another hook, or no hook state at all, is caught."""
     if not isinstance(state, expected):
         raise TypeError(
             f"fastcomm.hooks {hook}: the state must be a fastcomm.hooks.{expected.__name__}, got "

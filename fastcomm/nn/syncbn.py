@@ -60,6 +60,12 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         return group if dist.get_world_size(group) > 1 else None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Normalizes ``input`` of shape (N, C, ...). In training mode the
+        statistics cover every rank's batch: one all_reduce in forward and, when
+        the input needs a gradient, one in backward; a rank whose batch is empty
+        still takes part. Raises before any communication where torch would
+        (fewer than 2 dimensions, zero channels, a channel count that does not
+        match)."""
         self._check_input_dim(input)
         if input.size(1) == 0:
             raise ValueError("SyncBatchNorm number of input channels should be non-zero")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -52,10 +53,26 @@ def _assign(params: list[torch.Tensor], flat: torch.Tensor) -> None:
             offset += p.numel()
 
 
+class _NotGiven:
+    """The default of a deprecated argument: tells "not given" from None."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_NOT_GIVEN: Any = _NotGiven()
+
+
 class ModelSync:
-    """``ModelSync(module, period=8, mode="full", compression=None, outer_optimizer=None, group=None,
+    """``ModelSync(module, period=8, mode="full", compression=None, outer_optimizer=None, process_group=None,
     error_feedback=True, async_op=False, topk_ratio=0.01, int8_block=256)``; call ``step()`` after each
-    local optimizer step, ``finish()`` after the last one (applies a sync still in flight)."""
+    local optimizer step, ``finish()`` after the last one (applies a sync still in flight).
+
+    process_group: the group that averages (None: the default group; with
+    async_op, a new group over the whole world). ``group=`` is its former name:
+    it still works, with a DeprecationWarning; with a process_group other than
+    None it raises TypeError.
+    """
 
     def __init__(
         self,
@@ -64,12 +81,20 @@ class ModelSync:
         mode: str = "full",
         compression: str | None = None,
         outer_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
-        group: dist.ProcessGroup | None = None,
+        process_group: dist.ProcessGroup | None = None,
         error_feedback: bool = True,
         async_op: bool = False,
         topk_ratio: float = 0.01,
         int8_block: int = 256,
+        *,
+        group: dist.ProcessGroup | None = _NOT_GIVEN,
     ) -> None:
+        if group is not _NOT_GIVEN:
+            if process_group is not None:
+                raise TypeError("fastcomm.sync: got both group= (deprecated) and process_group=; "
+                                "pass process_group= only")
+            warnings.warn("fastcomm.sync: group= is deprecated, use process_group=", DeprecationWarning, stacklevel=2)
+            process_group = group
         if not dist.is_initialized():
             raise RuntimeError("fastcomm.sync: torch.distributed is not initialized")
         if isinstance(period, bool) or not isinstance(period, int) or period < 1:
@@ -87,18 +112,18 @@ class ModelSync:
         bad = [p.dtype for p in self.params if not p.dtype.is_floating_point]
         if not self.params or bad:
             raise ValueError(f"fastcomm.sync: the module needs floating-point parameters (got {bad or 'none'})")
-        if async_op and group is None:
-            group = dist.new_group()  # the helper thread's own: nothing else issues collectives on it
-        self.group = group
+        if async_op and process_group is None:
+            process_group = dist.new_group()  # the helper thread's own: nothing else issues collectives on it
+        self.process_group = process_group
         self.period = period
         self.mode = mode
         self.async_op = async_op
         self.steps = 0
         self.syncs = 0
-        self._codec = Codec(compression, group, topk_ratio, int8_block)
+        self._codec = Codec(compression, process_group, topk_ratio, int8_block)
 
         start = _flat(self.params)
-        dist.broadcast(start, group=group, group_src=0)
+        dist.broadcast(start, group=process_group, group_src=0)
         _assign(self.params, start)
         self.anchor: torch.Tensor | None = None
         self.outer: torch.optim.Optimizer | None = None

@@ -105,7 +105,8 @@ def test_hooks_on_cuda(nccl_group, name):
     reference = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).cuda()
     reference.load_state_dict(model.state_dict())
     ddp = nn.parallel.DistributedDataParallel(model)
-    state = fastcomm.hooks.make_state(name)
+    # PowerSGD compresses from the first step (torch's default waits 1000).
+    state = fastcomm.hooks.make_state(name, **({"start_powerSGD_iter": 0} if name == "powersgd" else {}))
     state.bind(ddp)
     hook = fastcomm.hooks.registry.HOOKS[name][1]
     checking = {"on": False}

@@ -32,6 +32,14 @@ def group_of(backend: str) -> dist.ProcessGroup | None:
 
 Net = TeacherNet  # fastcomm/bench/tasks.py: shared with benchmarks/sync_convergence.py
 
+# The options these checks give a hook on top of their own: PowerSGD compresses
+# from the first step (its default, torch's, waits 1000 steps) at rank 2.
+AS_TESTED = {"powersgd": {"matrix_approximation_rank": 2, "start_powerSGD_iter": 0}}
+
+
+def options_of(name: str, options: dict | None = None) -> dict:
+    return {**AS_TESTED.get(name, {}), **(options or {})}
+
 
 def _batch(rank: int, step: int, dtype=torch.float32, n: int = 16):
     g = torch.Generator().manual_seed(1000 * step + rank)
@@ -150,7 +158,7 @@ def _payload_bytes(name: str, numel: int, options: dict) -> int:
 
 def stats_count_what_was_sent(rank, world_size, name, options=None):
     """steps, raw_bytes and wire_bytes against the buckets DDP handed the hook."""
-    options = dict(options or {})
+    options = options_of(name, options)
     torch.manual_seed(0)
     ddp = _ddp(Net(), "fastcomm", bucket_cap_mb_list=[0.002])
     state = hooks.make_state(name, None, **options)
@@ -242,7 +250,7 @@ def error_feedback_invariant(rank, world_size, name, options=None):
     error buffers, equals the sum of the ranks' mean gradients: compression
     delays, it does not lose (error feedback's contract). Summed per parameter:
     DDP changes the bucket layout after the first step."""
-    options = dict(options or {})
+    options = options_of(name, options)
     torch.manual_seed(0)
     model = Net(torch.float64) if name != "powersgd" else Net()
     ddp = _ddp(model, "fastcomm")
@@ -279,7 +287,8 @@ def powersgd_low_rank_and_exact_on_rank1(rank, world_size):
     torch.manual_seed(0)
     lin = nn.Linear(20, 30, bias=False)
     ddp = _ddp(lin, "fastcomm")
-    state = hooks.register(ddp, "powersgd", rank=1, error_feedback=False)
+    state = hooks.register(ddp, "powersgd", matrix_approximation_rank=1, start_powerSGD_iter=0,
+                           use_error_feedback=False)
     u, v = torch.randn(30), torch.randn(20)
     # loss = u^T W v: gradient u v^T, rank 1, the same on every rank
     (u @ ddp(v.view(1, 20)).view(30)).backward()
@@ -289,11 +298,11 @@ def powersgd_low_rank_and_exact_on_rank1(rank, world_size):
     # of 1e-8 in the normalization once broke this: 16% error)
     lin_small = nn.Linear(20, 30, bias=False)
     ddp_small = _ddp(lin_small, "fastcomm")
-    hooks.register(ddp_small, "powersgd", rank=4, error_feedback=False)
+    hooks.register(ddp_small, "powersgd", matrix_approximation_rank=4, start_powerSGD_iter=0, use_error_feedback=False)
     (1e-3 * u @ ddp_small(1e-3 * v.view(1, 20)).view(30)).backward()
     want = torch.outer(1e-3 * u, 1e-3 * v)
     assert ((lin_small.weight.grad - want).norm() / want.norm()).item() < 1e-3
-    state2 = hooks.make_state("powersgd", None, rank=3)
+    state2 = hooks.make_state("powersgd", None, matrix_approximation_rank=3, start_powerSGD_iter=0)
     ddp2 = _ddp(nn.Linear(20, 30, bias=False), "fastcomm")
     ddp2.register_comm_hook(state2, hooks.powersgd_hook)
     x = torch.randn(8, 20, generator=torch.Generator().manual_seed(rank))
@@ -339,7 +348,7 @@ def ddp_options(rank, world_size, name, option):
         torch.manual_seed(0)
         model = Net(torch.float64)
         ddp = _ddp(model, "fastcomm", bucket_cap_mb_list=[0.002], **kwargs)
-        state = hooks.register(ddp, hook_name) if hook_name != "none" else None
+        state = hooks.register(ddp, hook_name, **options_of(hook_name)) if hook_name != "none" else None
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         for step in range(4):
             opt.zero_grad()
@@ -382,7 +391,7 @@ def mixed_dtypes(rank, world_size, name):
     model = MixedNet()
     ddp = _ddp(model, "fastcomm")
     wrapped, calls = _capture(HOOKS[name][1])
-    state = hooks.make_state(name, None)
+    state = hooks.make_state(name, None, **options_of(name))
     ddp.register_comm_hook(state, wrapped)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for step in range(3):
@@ -404,7 +413,7 @@ def checkpoint_restores_state(rank, world_size, name):
     layout, not the rebuilt one, and int8's blocks (and stochastic draws)
     follow positions in the bucket: that step quantizes differently, within
     the quantization error. The restored state itself is checked bitwise."""
-    options = {"stochastic_rounding": True} if name == "int8" else {}
+    options = options_of(name, {"stochastic_rounding": True} if name == "int8" else {})
 
     def fresh():
         torch.manual_seed(0)
@@ -455,7 +464,8 @@ def bad_options_register_nothing(rank, world_size):
 
     ddp = _ddp(Net(), "fastcomm")
     cases = [
-        ("powersgd", {"rank": 0}, "fastcomm.hooks powersgd: rank must be an integer >= 1, got 0"),
+        ("powersgd", {"matrix_approximation_rank": 0},
+         "fastcomm.hooks powersgd: matrix_approximation_rank must be an integer >= 1, got 0"),
         ("topk", {"ratio": 0.0}, r"fastcomm.hooks topk: ratio must be in \(0, 1\], got 0.0"),
         ("topk", {"ratio": 1.5}, r"fastcomm.hooks topk: ratio must be in \(0, 1\], got 1.5"),
         ("int8", {"block_size": -3}, "fastcomm.hooks int8: block_size must be an integer >= 1, got -3"),
@@ -496,7 +506,7 @@ def convergence(rank, world_size, optimizer, backend="fastcomm", steps=300):
     plain = train(rank, world_size, "none", steps, backend=backend, **settings)["losses"]
     results = {}
     for name in hooks.HOOK_NAMES:
-        run = train(rank, world_size, name, steps, backend=backend, **settings)
+        run = train(rank, world_size, name, steps, options_of(name), backend=backend, **settings)
         losses = run["losses"]
         results[name] = (final(losses), run["stats"]["compression_ratio"])
         assert final(losses) < 0.4 * losses[0], (name, losses)
@@ -530,7 +540,7 @@ def comm_buffers_in_arena(rank, world_size):
             torch.manual_seed(0)
             model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 64))  # 2 MiB of gradients
             ddp = _ddp(model, group_backend, bucket_cap_mb=1)
-            options = {"start_step": 0, "rank": 4} if name == "powersgd" else {}
+            options = options_of(name, {"matrix_approximation_rank": 4} if name == "powersgd" else {})
             state = hooks.make_state(name, group_of(group_backend), **options)
             ddp.register_comm_hook(state, HOOKS[name][1])
             counts_before, blocks_before = count(paths), backend.arena_stats()["blocks"]

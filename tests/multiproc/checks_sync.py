@@ -175,7 +175,7 @@ def ddp_inside_hosts(rank, world_size):
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
     ddp = nn.parallel.DistributedDataParallel(model, process_group=inside)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    sync = ModelSync(ddp, period=4, group=across)
+    sync = ModelSync(ddp, period=4, process_group=across)
     for step in range(8):
         x = torch.randn(4, 6, generator=torch.Generator().manual_seed(step * 10 + rank))
         opt.zero_grad()

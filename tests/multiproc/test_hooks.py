@@ -28,7 +28,7 @@ def test_stats(ranks2, name):
     ranks2.run(checks.stats_count_what_was_sent, name=name)
 
 
-@pytest.mark.parametrize("name, options", [("int8", {}), ("topk", {"ratio": 0.05}), ("sign", {}), ("powersgd", {"rank": 1})],
+@pytest.mark.parametrize("name, options", [("int8", {}), ("topk", {"ratio": 0.05}), ("sign", {}), ("powersgd", {"matrix_approximation_rank": 1})],
                          ids=lambda v: str(v))
 def test_error_feedback_invariant(ranks, name, options):
     ranks.run(checks.error_feedback_invariant, name=name, options=options)

@@ -32,18 +32,23 @@ CPP_ALLOWED = {
 # Python package (first component under fastcomm/) -> what it may import from fastcomm.
 PY_ALLOWED = {
     "_C": set(),
+    "_version": set(),
+    "_build_info": set(),
+    "_torch_check": {"_build_info"},
     "_options": set(),
     "_compat": set(),
     "_gloo": {"_options"},
     "_rendezvous": set(),
-    "_shm": {"_C", "_gloo", "_options", "_rendezvous"},
+    "_ptracer": set(),
+    "_shm": {"_C", "_gloo", "_options", "_ptracer", "_rendezvous"},
     "_agreement": {"_options", "_rendezvous", "_shm"},
     "_backend": {"_C", "_agreement", "_gloo", "_shm", "_options", "_rendezvous"},
     "hooks": {"_C", "_compat", "hooks"},
     "nn": {"_C", "nn"},
     "sync": {"_C", "_compat", "sync"},  # the hooks' kernels through torch.ops, not the hooks package
     "bench": {"bench", "__init__"},  # the CLI imports fastcomm itself to register the backend
-    "__init__": {"_C", "_backend", "hooks", "nn", "sync"},
+    "doctor": {"__init__", "_C", "_compat", "_options", "_ptracer", "_shm", "_torch_check", "bench", "doctor"},
+    "__init__": {"_C", "_backend", "_torch_check", "_version", "hooks", "nn", "sync"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s+<(ATen|c10|torch|cuda_runtime|pybind11)", re.MULTILINE)

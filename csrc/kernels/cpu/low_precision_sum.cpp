@@ -91,7 +91,7 @@ inline __attribute__((always_inline)) typename L::Vec through_wire(typename L::V
 // One source's pass over one block of whole vectors: its values through the
 // wire dtype, added to the running sum in `acc` (kFirst: starting it); kLast
 // stores the rounded sum into dst instead. Returns how many it clamped (a
-// register counter: per-source counts in memory made the loop 25% slower).
+// register counter: per-source counts in memory slow the loop down).
 template <typename L, bool kHalf, bool kClamp, bool kFirst, bool kLast>
 inline __attribute__((always_inline)) int64_t add_source_block(const float* src, float scale, float limit,
                                                                float* acc, float* dst, int64_t len) {
@@ -155,8 +155,9 @@ inline __attribute__((always_inline)) void sum_blocks(const float* const* srcs, 
 }
 
 // Two to eight sources (ranks of a host) in one loop (sum_fused: block by
-// block read every 4 KiB page of each source cold, one source at a time: 14
-// against 26 GB/s for 3 sources against 2 from memory); others block by block
+// block reads every 4 KiB page of each source cold, one source at a time,
+// which streams from memory at a fraction of the one loop's rate;
+// pytest benchmarks/kernels/test_compression.py); others block by block
 // (sum_blocks), as reduce.cpp's float32 sum. The tail that fills no whole
 // vector goes through the composed path. dst may be a source: each vector
 // (block) of it is stored after every source has read it.

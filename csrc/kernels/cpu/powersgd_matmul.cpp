@@ -4,8 +4,9 @@
 //   back:        Q = M^T P          (cols x r)
 //   approximate: error = M - P Q^T (optional), then M = P Q^T, in one pass
 // Each reads M once, streaming; r is small, so these are memory-bound and a
-// general GEMM (MKL on this AMD machine: 5-20x below memory speed for r = 4,
-// worst for M^T P) is the wrong tool. Compiled for baseline x86-64 and
+// general GEMM (on some CPUs far below memory speed for small r, worst for
+// M^T P; pytest benchmarks/kernels/test_compression.py -k powersgd_products
+// compares) is the wrong tool. Compiled for baseline x86-64 and
 // x86-64-v3 (AVX2 + FMA), picked at run time. Rows (project, approximate) or
 // column ranges (back) are split over threads, each output element computed
 // by one thread in a fixed order: the result does not depend on the thread count.

@@ -122,11 +122,11 @@ struct BitXorOp {
 };
 
 // Two to eight sources: one pass that loads each element of every source,
-// folds them in source order and stores the result once. In L2 it runs 30%
-// faster than the accumulator below (2 sources of 512 KiB: 10 against 14 us),
-// a 2-rank all_reduce 8-17% faster at 1-64 MiB; from memory 5-8 sources 1.5-2x
-// faster (the accumulator reads each 4 KiB page of every source cold, one
-// source at a time; docs/algorithms.md "Reduction loops"). ivdep: dst may be
+// folds them in source order and stores the result once. It beats the
+// accumulator below in L2 (no extra L1 passes) and from memory (the
+// accumulator reads each 4 KiB page of every source cold, one source at a
+// time): pytest benchmarks/kernels/test_reductions.py, and whole all_reduces
+// in benchmarks/peers/run.py (docs/algorithms.md "Reductions"). ivdep: dst may be
 // one of the sources, element for element, which carries nothing from one
 // iteration to the next; without it GCC vectorizes only behind an overlap
 // test that fails in exactly that case.
@@ -145,9 +145,9 @@ FASTCOMM_INLINE void reduce_direct(const void* const* srcs, void* dst, int64_t c
 }
 
 // The most sources reduce_direct takes for a dtype and op; 0: none. Min/max
-// on floating types carry NaN tests that vectorized well there only for two
-// sources of a type computed as stored (float32 max: 1.2 against 1.8 us per
-// 96 KiB source in L2; 3 sources 1.9 against 1.7; bfloat16 max 4.1 against 2.5).
+// on floating types carry NaN tests that vectorize well there only for two
+// sources of a type computed as stored (float32/float64); with more sources or
+// bfloat16 the accumulator is faster (pytest benchmarks/kernels/test_reductions.py).
 template <typename Conv, typename Op>
 constexpr int direct_max_sources() {
   using A = typename Conv::Acc;
@@ -278,13 +278,12 @@ FASTCOMM_DTYPE_KERNELS(baseline, , HalfFloat)
 FASTCOMM_DTYPE_KERNELS(avx2, __attribute__((target("arch=x86-64-v3"))), HalfFloatF16c)
 // AVX-512 instructions on 256-bit vectors (masked tails, more registers), never
 // 512-bit ones: a core running 512-bit arithmetic changes its power state, and
-// for a while everything on it runs slower. With 512-bit loops a 2-rank 64 KiB
-// all_reduce took 7.5-8.4 instead of 6.2 us for its first ~150-200 ops after the
-// ranks paused, and in ~1 ms stretches in long loops (the extra time showed in
-// the process_vm_readv beside the sum); against the kernels capped at AVX2, 3
-// jobs each: 1 MiB 58.6-72.4 against 58.5-59.6 us, 64 MiB 11.4-13.1 against
-// 11.3-11.4 ms. The sum is bound by memory, so the wider vector never paid.
-// Measured: docs/algorithms.md "Reductions".
+// for a while everything on it runs slower. With 512-bit loops a mid-size
+// all_reduce ran slower for its first ops after the ranks paused, and in
+// stretches of long loops (the extra time showed in the process_vm_readv
+// beside the sum). The sum is bound by memory, so the wider vector never
+// pays. benchmarks/wide_vector_phases.c shows the effect without fastcomm
+// (docs/algorithms.md "Reductions").
 FASTCOMM_DTYPE_KERNELS(avx512, __attribute__((target("arch=x86-64-v4,prefer-vector-width=256"))), HalfFloatF16c)
 #endif
 

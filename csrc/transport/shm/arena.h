@@ -51,7 +51,8 @@ class Arena {
   // A block its tensor no longer uses: kept idle for a later allocate while the
   // idle blocks stay within kIdleBytesMax, else freed. FSDP2 allocates its
   // buffers per collective: a new block each time would cost a new file, page
-  // faults and a new mapping on every peer (its step ran 2x slower); an idle
+  // faults and a new mapping on every peer (benchmarks/fsdp2_vs_gloo.py
+  // --arena measures the step); an idle
   // block keeps its serial, so the peers' mappings of it stay valid.
   void release(std::shared_ptr<Block> block);
   // The live block of this rank holding [ptr, ptr + bytes), and ptr's offset in it.

@@ -11,8 +11,8 @@
 // thread that runs an op of at least `unbound_min_bytes` widens its CPU set to
 // every CPU the process had before binding, and the next smaller op binds it
 // again: lazily, one sched_setaffinity per change, so a thread that only runs
-// large ops (DDP's buckets) changes once. Measured: docs/algorithms.md
-// "Binding ranks to CPUs".
+// large ops (DDP's buckets) changes once. Measured by benchmarks/peers/run.py
+// --background-load 1 (docs/algorithms.md "Where ranks run").
 //
 // Thread-safety: set_cpu_binding() is called while no op runs (group set-up,
 // a forked child); fit_cpu_binding_to_op() on any thread that runs an op.

@@ -54,7 +54,7 @@ int64_t busy_ticks(const std::vector<int>& cpus) {
 int64_t process_ticks(int pid) {
   if (pid <= 0) return -1;
   const std::string rest = proc_stat_after_name(pid);
-  // After the name: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime.
+  // After the name: state ppid pgrp sid tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime.
   long long utime, stime;
   if (std::sscanf(rest.c_str(), " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime, &stime) != 2) {
     return -1;

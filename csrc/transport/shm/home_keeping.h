@@ -4,10 +4,10 @@
 //
 // 4 ranks on 2 CPUs are fastest two to a CPU, local ranks {0, 2} and {1, 3}
 // (the arrangement binding makes). Unbound, the scheduler places them at
-// start-up and at wake-ups and leaves them there: measured on the 2-CPU
-// development machine, a job with three on one CPU and one alone took 31-35
-// us per 64 KiB all_reduce against 21-26, and every job keeps its arrangement
-// (0-3 migrations per rank in 20,000 ops), so round medians split in two.
+// start-up and at wake-ups and leaves them there: a job with three on one CPU
+// and one alone is markedly slower, and every job keeps the arrangement it
+// started with (the scheduler migrates a rank only a few times per job), so
+// round medians split in two.
 // Binding fixes it but costs a time slice per op beside a busy process (a
 // bound rank cannot leave a CPU that process wants). So the rank is not
 // bound: at an op's start, when its thread is not on its home CPU (local rank
@@ -22,9 +22,9 @@
 // While the host is quiet such ranks also spin before they yield (the engine's
 // wait_all), as ranks with a CPU each do: a spinning waiter yields at once when
 // a rank it waits for last posted from its own CPU, and with every rank kept at
-// home that CPU is where the rank still is. Measured 4 ranks on 2 CPUs, quiet:
-// 64 KiB and 1 MiB 8-10% faster, 8 B rounds within 1.09x of each other against
-// 1.42x (docs/algorithms.md "Keeping ranks that outnumber their CPUs at home").
+// home that CPU is where the rank still is. Measured by benchmarks/peers/run.py
+// --nproc 4 --libraries fastcomm with FASTCOMM_SHM_BIND_CPUS=0 as the variant
+// (docs/algorithms.md "Where ranks run").
 //
 // Thread-safety: set_home_cpu() is called while no op runs (group set-up, a
 // forked child); a HomeKeeping is used by its engine's op, under the op mutex.

@@ -5,15 +5,15 @@
 // every call (the kernel walks its page table). With the 4 KiB pages torch's
 // CPU allocator gives (it asks for huge pages only with THP_MEM_ALLOC_ENABLE=1)
 // that walk is a good part of a large single-copy all_reduce, and it differs
-// from tensor to tensor: measured on the 2-CPU development machine, 2 ranks,
-// fresh 16 MiB tensors took 1.17-1.59 ms each (every tensor the same in a
-// second pass). With the whole 2 MiB blocks inside each tensor moved into huge
-// pages (madvise MADV_COLLAPSE, Linux 6.1) the same job's tensors took
-// 0.99-1.05 ms, 32 MiB 2.30 against 2.65-2.93 ms, 4 MiB 277-287 against
-// 299-315 us (docs/algorithms.md "Huge pages for reused tensors").
+// from tensor to tensor (fresh tensors of one size take different times, each
+// the same time again). With the whole 2 MiB blocks inside each tensor moved
+// into huge pages (madvise MADV_COLLAPSE, Linux 6.1) the kernel pins 512x
+// fewer pages. Measured by benchmarks/peers/run.py --libraries fastcomm with
+// FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES=0 as the variant (docs/algorithms.md
+// "Huge pages for reused tensors").
 //
-// The move costs about 0.5 ms per 2 MiB (the kernel copies the block), so it
-// is done for a buffer that comes back, not for a one-off: the second time the
+// The move costs a copy of each block (the kernel copies it), so it is done
+// for a buffer that comes back, not for a one-off: the second time the
 // same buffer (address and length) comes to a single-copy op (all_reduce's,
 // or a point-to-point send's), before its address is published (no peer reads
 // it meanwhile; a send buffer sent to two peers at once may be read while it

@@ -33,7 +33,8 @@ constexpr int32_t kRootArena = -2;
 
 // Packed into 28 bytes so that a rank's `posted` and both of its descriptors
 // share one cache line (RankControl): a peer's round then fetches one line of
-// it, not two (8 B all_reduce on 2 ranks, C++ loop: 0.60-0.65 -> 0.54-0.59 us).
+// it, not two (benchmarks/allreduce_vs_gloo.py --api cpp --sizes 8 measures
+// the small all_reduce this serves).
 struct __attribute__((packed, aligned(4))) OpDescriptor {
   uint32_t op_index;    // how many engine ops this rank ran before this one, mod 2^32
   int8_t type;          // c10d::OpType (every value but UNKNOWN fits)
@@ -89,9 +90,9 @@ struct RankControl {
   // is inside one, never while it computes between ops) and its involuntary
   // context switches when its latest free op began. Off the second line,
   // which a waiting peer reads at once (`cpu`): sharing it, each of these
-  // stores had to take the line back from the peer before the next round's
-  // post could complete, and 8 B all_reduce samples on 2 bound ranks took
-  // 0.6 or 0.9 us in phases of hundreds of ops, as the peer happened to read.
+  // stores would take the line back from the peer before the next round's
+  // post could complete, and small all_reduces would run at two speeds in
+  // phases of hundreds of ops, as the peer happened to read.
   alignas(64) std::atomic<uint64_t> ops_begun;
   std::atomic<uint64_t> ops_ended;
   std::atomic<int64_t> free_op_switches;

@@ -25,10 +25,11 @@ constexpr auto kHealthCheckInterval = std::chrono::microseconds(200);
 // How a waiter waits before it sleeps on its doorbell. With a core per rank it
 // spins ~2 ms, then yields 64 times: waiters that yield early let the
 // scheduler keep two ranks on one core (it puts a woken rank beside its waker,
-// and a yielding rank never looks busy enough to move), which cost 45-70 us
-// per small sendrecv instead of 12 us (measured 2026-12-03, 2 ranks after
-// Gloo traffic). With more ranks than cores it does not spin: it yields up to
-// 3000 times (~1 ms), handing the core to a rank that has work.
+// and a yielding rank never looks busy enough to move), and every small
+// exchange then pays a context switch (benchmarks/allreduce_vs_gloo.py --op
+// sendrecv --api cpp; docs/algorithms.md "How fastcomm waits"). With more
+// ranks than cores it does not spin: it yields up to 3000 times (~1 ms),
+// handing the core to a rank that has work.
 constexpr int kP2pSpinIterations = 20000;
 constexpr int kP2pOversubscribedYields = 3000;
 
@@ -79,9 +80,9 @@ std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag
   // A large send buffer that comes back (a training loop's fresh activations
   // of one shape settle on a few heap addresses, step after step) goes into
   // huge pages before its address is published: the receiver's
-  // process_vm_readv then pins 512x fewer pages (2 ranks, sendrecv: 16 MiB
-  // 1.2x, 64 MiB 1.2x faster). Receive buffers are written locally, which pins
-  // nothing: moving them gained nothing. A buffer sent to two peers at once may
+  // process_vm_readv then pins 512x fewer pages (benchmarks/allreduce_vs_gloo.py
+  // --op sendrecv --api cpp). Receive buffers are written locally, which pins
+  // nothing: moving them gains nothing. A buffer sent to two peers at once may
   // be moved while one of them reads it: the kernel copies the block and
   // refuses one whose pages a reader holds pinned, so the reader sees the same
   // bytes either way.

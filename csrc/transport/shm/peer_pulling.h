@@ -4,21 +4,21 @@
 // A rank that a busy process preempted waits on its CPU's run queue until the
 // busy one's time slice ends (up to a 4 ms tick at HZ=250), even while its
 // waiting peer's CPU idles: the kernel's balancer leaves alone a task that ran
-// within the last half millisecond (sched_migration_cost). Traced on the 2-CPU
-// development machine, 2 ranks beside a busy-loop process: a 16 MiB
-// all_reduce took 4-5 ms instead of 1.3 whenever that happened, and round
-// medians flipped between the two. A waiter about to sleep can see that a
+// within the last half millisecond (sched_migration_cost). A scheduler trace
+// of 2 ranks beside a busy-loop process shows it: a large all_reduce takes
+// several times as long whenever that happens, and round medians flip between
+// the two. A waiter about to sleep can see that a
 // peer it waits for was preempted (the peer thread's involuntary context
 // switches grew: since the waiter began to sleep, or since a free op began,
 // whose count the peer publishes) and moves it onto its own CPU
 // (sched_setaffinity of the peer's thread: the kernel moves a queued task at
 // once). Only a peer inside an op is moved (begun, not ended: this op, or
 // the last wait of the previous one): one between ops is computing (DDP's
-// backward between buckets), and moving it put two ranks' work on one CPU
-// (DDP CNN step 286 against 212 ms, measured). The moved rank takes its own
-// CPU set back when the op ends (the `moves` count of its RankControl, read
-// by the thread that ran the op). Measured: docs/algorithms.md "Binding
-// ranks to CPUs".
+// backward between buckets), and moving it puts two ranks' work on one CPU
+// (benchmarks/ddp_training.py --short measures the step). The moved rank takes
+// its own CPU set back when the op ends (the `moves` count of its RankControl,
+// read by the thread that ran the op). Measured by benchmarks/peers/run.py
+// --background-load 1 (docs/algorithms.md "Where ranks run").
 //
 // At most one pull per op (the waiter's CPU runs one thread at a time); the
 // waiter looks every kPullCheckSlice for the first kPullChecks of a sleep,

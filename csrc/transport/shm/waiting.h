@@ -49,8 +49,9 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
 // How often a spinning waiter looks whether a rank it waits for runs on its
 // own CPU (then spinning only delays that rank: the waiter yields instead).
 // Two ranks sharing a core happen often on small machines (the scheduler puts
-// a woken task beside its waker) and cost ~150 us per small op when the
-// waiter spins; measured in docs/algorithms.md ("Sharing a CPU").
+// a woken task beside its waker), and a waiter that spins there holds the core
+// its peer needs for a whole time slice. Measured by benchmarks/peers/run.py
+// --libraries fastcomm (docs/algorithms.md "How fastcomm waits").
 constexpr int kSharedCpuCheckEvery = 32;
 
 // Process `pid`'s /proc/<pid>/stat after its command name, from the space

@@ -44,6 +44,7 @@ import fastcomm.sync
 
 CASE_TIMEOUT = {"late": datetime.timedelta(seconds=10), "kill": datetime.timedelta(seconds=60)}
 SETUP_TIMEOUT = datetime.timedelta(seconds=120)  # start-up and hand-offs: many ranks start on few CPUs
+HOOK_OPTIONS = {"powersgd": {"start_powerSGD_iter": 0}}  # compressed steps (the default starts after 1000)
 SYNC_OPTIONS = {"model_sync": {}, "model_sync_int8": {"mode": "incremental", "compression": "int8"},
                 "model_sync_async": {"async_op": True}}
 
@@ -90,13 +91,13 @@ def _case(name: str, group: dist.ProcessGroup) -> _Backward | _Sync:
     torch.manual_seed(0)
     if name in fastcomm.hooks.HOOK_NAMES:
         ddp = DDP(nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)), process_group=group)
-        fastcomm.hooks.register(ddp, name, process_group=group)
+        fastcomm.hooks.register(ddp, name, process_group=group, **HOOK_OPTIONS.get(name, {}))
         case = _Backward(ddp, 16)
     elif name == "syncbn":
         # the Linear needs the input gradient, so SyncBatchNorm's backward all_reduce runs
         case = _Backward(nn.Sequential(nn.Linear(6, 4), fastcomm.nn.SyncBatchNorm(4, process_group=group)), 6)
     else:
-        case = _Sync(fastcomm.sync.ModelSync(nn.Linear(16, 8), period=1, group=group, **SYNC_OPTIONS[name]))
+        case = _Sync(fastcomm.sync.ModelSync(nn.Linear(16, 8), period=1, process_group=group, **SYNC_OPTIONS[name]))
     case.forward()
     case.step()
     return case

@@ -1,0 +1,5 @@
+import sys
+
+from fastcomm.doctor.cli import main
+
+sys.exit(main())
