@@ -130,7 +130,9 @@ def _ddp(config: str, model: nn.Module, gloo_group, bucket_view: bool):
     elif config == "fastcomm+fp16":
         fastcomm.hooks.register(ddp, "fp16", process_group=group)
     elif config == "fastcomm+powersgd":
-        fastcomm.hooks.register(ddp, "powersgd", process_group=group, matrix_approximation_rank=4, start_powerSGD_iter=0)
+        fastcomm.hooks.register(
+            ddp, "powersgd", process_group=group, matrix_approximation_rank=4, start_powerSGD_iter=0
+        )
     return ddp
 
 

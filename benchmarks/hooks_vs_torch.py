@@ -86,7 +86,11 @@ def _pairs(rank_r: int, group):
         ("allreduce", ("allreduce", {}), lambda: (group, default_hooks.allreduce_hook)),
         ("fp16", ("fp16", {}), lambda: (group, default_hooks.fp16_compress_hook)),
         ("bf16", ("bf16", {}), lambda: (group, torch_bf16_hook)),
-        (f"powersgd r={rank_r}", ("powersgd", {"matrix_approximation_rank": rank_r, "start_powerSGD_iter": 2}), torch_powersgd),
+        (
+            f"powersgd r={rank_r}",
+            ("powersgd", {"matrix_approximation_rank": rank_r, "start_powerSGD_iter": 2}),
+            torch_powersgd,
+        ),
         ("int8", ("int8", {}), None),
         ("topk 5%", ("topk", {"ratio": 0.05}), None),
         ("sign", ("sign", {}), None),

@@ -10,6 +10,7 @@ forward all_gather of [mean, invstd, count] per rank, the masking of empty ranks
 (a host sync), the combination, elementwise normalize; backward reduce, one
 all_reduce of [sum_dy, sum_dy_xmu], elementwise input gradient.
 """
+
 from __future__ import annotations
 
 import torch
@@ -61,7 +62,9 @@ def batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, c
     n = count.sum()
     w = weight if weight is not None else torch.ones_like(invstd)
     xhat_coeff = invstd.square() * sum_dy_xmu / n
-    dx = (dy - _channel_view(sum_dy / n, x) - (x - _channel_view(mean, x)) * _channel_view(xhat_coeff, x)) * _channel_view(invstd * w, x)
+    dx = (
+        dy - _channel_view(sum_dy / n, x) - (x - _channel_view(mean, x)) * _channel_view(xhat_coeff, x)
+    ) * _channel_view(invstd * w, x)
     return dx.to(dy.dtype)
 
 
@@ -84,7 +87,9 @@ class _TorchAlgorithmFunction(torch.autograd.Function):
         mean_all, invstd_all, count_all = torch.split(gathered.view(world_size, -1), c, dim=1)
         mask = count_all.squeeze(-1) >= 1  # host sync, as torch does
         mean_all, invstd_all, count_all = mean_all[mask], invstd_all[mask], count_all[mask]
-        mean, invstd = batch_norm_gather_stats_with_counts(mean_all, invstd_all, running_mean, running_var, momentum, eps, count_all.view(-1))
+        mean, invstd = batch_norm_gather_stats_with_counts(
+            mean_all, invstd_all, running_mean, running_var, momentum, eps, count_all.view(-1)
+        )
         ctx.save_for_backward(x, weight, mean, invstd, count_all)
         ctx.group = group
         return batch_norm_elemt(x, weight, bias, mean, invstd, eps)

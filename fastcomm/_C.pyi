@@ -5,6 +5,7 @@ bench_loop.cpp). Users reach the backend object through
 [fastcomm.fastcomm_backend][]; the module-level functions below serve the
 backend's Python set-up, the tests and the benchmarks.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -36,7 +37,6 @@ __all__ = [
     "set_isa_cap",
     "unpack",
 ]
-
 
 class ProcessGroupFastcomm(Backend):
     """The c10d backend of one fastcomm process group.
@@ -122,7 +122,6 @@ class ProcessGroupFastcomm(Backend):
         float32 and rounded once. The fp16 and bf16 hooks call it. Returns the
         Work."""
 
-
 class ShmEngine:
     """One rank's view of its host's shared-memory segment. Made by fastcomm's
     group set-up; read its counters through
@@ -188,7 +187,6 @@ class ShmEngine:
     def foreign_load(self) -> float:
         """Other processes' share of the CPUs when this rank last looked."""
 
-
 class Config:
     """One process group's configuration, built once by fastcomm's Python side
     from the environment (see [Tuning](../tuning.md)) and the host plan, then
@@ -221,7 +219,6 @@ class Config:
     def __init__(self) -> None:
         """A configuration with every field zero or empty."""
 
-
 HOME_QUIET_FOREIGN_SHARE: float
 """Below this share of the CPUs used by other processes, a host counts as
 quiet and unbound ranks' op threads return to their home CPU."""
@@ -229,28 +226,23 @@ quiet and unbound ranks' op threads return to their home CPU."""
 MAX_PIPELINE_PIECES: int
 """The most pieces a pipelined hierarchical collective cuts one block into."""
 
-
 def set_cpu_binding(home_cpu: int, cpus: list[int], unbound_min_bytes: int) -> None:
     """Binds the process to `home_cpu` (< 0: not bound); shared-memory ops of
     at least `unbound_min_bytes` run on any of `cpus`. Call while no op runs."""
 
-
 def set_home_cpu(home_cpu: int, cpus: list[int]) -> None:
     """The process's shared-memory ops return to `home_cpu` while the host's
     `cpus` are quiet (< 0: never). Call while no op runs."""
-
 
 def huge_page_counts() -> dict[str, int]:
     """Since the process started: tensors moved into huge pages for
     single-copy ops (`collapsed_buffers`), the bytes moved
     (`collapsed_bytes`), and those the kernel refused (`refused_buffers`)."""
 
-
 def pipeline_pieces(max_piece: int, element: int, block_bytes: int, blocks: int) -> int:
     """How many pieces a pipelined hierarchical collective cuts each block of
     `block_bytes` into, for pieces of at most `max_piece` bytes of elements of
     `element` bytes."""
-
 
 class Isa(enum.Enum):
     """Instruction-set levels of the CPU kernels."""
@@ -259,29 +251,23 @@ class Isa(enum.Enum):
     avx2 = 1
     avx512 = 2
 
-
 def isa_supported(isa: Isa) -> bool:
     """Whether this CPU can run `isa`'s kernels."""
-
 
 def best_isa() -> Isa:
     """The best instruction-set level this CPU supports."""
 
-
 def active_isa() -> Isa:
     """The level every CPU kernel family uses now."""
-
 
 def set_isa_cap(cap: Isa) -> None:
     """Caps the level of every CPU kernel family (tests run the baseline code
     on any CPU this way); `Isa.avx512` means no cap."""
 
-
 def reduce_buffers(sources: list[torch.Tensor], out: torch.Tensor, op: str) -> None:
     """`out = sources[0] op sources[1] op ...` in that order, with the CPU
     reduction kernels at the active level. `op`: sum, product, min, max, band,
     bor or bxor; every tensor contiguous, on CPU, shaped and typed like `out`."""
-
 
 def low_precision_sum(
     sources: list[torch.Tensor], out: torch.Tensor, wire: str, scale: float, limit: float
@@ -291,35 +277,26 @@ def low_precision_sum(
     +-`limit` and rounded to `wire` ("float16" or "bfloat16"). Returns how many
     values each source had clamped."""
 
-
 def bench_loop(backend: Backend, c10d_op: str, input: torch.Tensor, output: torch.Tensor, iters: int) -> float:
     """Seconds per call of the collective c10d names `c10d_op` (e.g.
     "ALLREDUCE") on `backend` (any c10d backend), looping in C++ without the
     GIL: the backend's own cost."""
 
-
-def bench_samples(
-    backend: Backend, c10d_op: str, input: torch.Tensor, output: torch.Tensor, iters: int
-) -> list[float]:
+def bench_samples(backend: Backend, c10d_op: str, input: torch.Tensor, output: torch.Tensor, iters: int) -> list[float]:
     """Seconds of each of `iters` calls of `c10d_op` on `backend`, each after
     the backend's own (untimed) barrier, looping in C++: the method of MPI
     latency benchmarks, per sample."""
 
-
 def cuda_kernels_compiled() -> bool:
     """True when this build compiled fastcomm's CUDA kernels."""
-
 
 def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Concatenates contiguous tensors of one dtype and device into a flat
     tensor (multi-tensor copy kernel)."""
 
-
 def unpack(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     """Inverse of [pack][fastcomm._C.pack]: copies consecutive pieces of
     `flat` into `tensors`."""
 
-
 def pack_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     """Copies contiguous tensors back to back into the 1-D tensor `flat`."""
-

@@ -4,6 +4,7 @@
 and CUDA tensors, so ``dist.init_process_group("fastcomm")`` works under torchrun
 or with an explicit store. Importing does not touch CUDA.
 """
+
 import torch
 import torch.distributed as dist
 
@@ -23,7 +24,16 @@ except ImportError as error:
 # is not public API: groups are made with dist.init_process_group / new_group.
 from fastcomm._backend import BACKEND_NAME, create_backend, enable_ddp_arena, fastcomm_backend  # noqa: E402
 
-__all__ = ["BACKEND_NAME", "fastcomm_backend", "enable_ddp_arena", "cuda_kernels_compiled", "hooks", "nn", "sync", "__version__"]
+__all__ = [
+    "BACKEND_NAME",
+    "fastcomm_backend",
+    "enable_ddp_arena",
+    "cuda_kernels_compiled",
+    "hooks",
+    "nn",
+    "sync",
+    "__version__",
+]
 
 
 def cuda_kernels_compiled() -> bool:

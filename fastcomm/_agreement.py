@@ -17,6 +17,7 @@ same decision from the same data:
 
 Cost: one store write and one wait per rank at group creation.
 """
+
 from __future__ import annotations
 
 import datetime

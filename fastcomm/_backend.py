@@ -5,6 +5,7 @@ backend (CPU transport and fallback) and, where torch has NCCL and a GPU, an
 internal NCCL backend for CUDA tensors. The delegates live under prefixes of the
 group's store, so they never collide with the group's own keys or other groups.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,13 @@ import torch.distributed as dist
 from fastcomm import _C, _shm
 from fastcomm._agreement import agree
 from fastcomm._gloo import make_gloo
-from fastcomm._options import (Options, read_options, resolve_async_min_bytes, resolve_single_copy_max_bytes,
-                               resolve_single_copy_min_bytes)
+from fastcomm._options import (
+    Options,
+    read_options,
+    resolve_async_min_bytes,
+    resolve_single_copy_max_bytes,
+    resolve_single_copy_min_bytes,
+)
 from fastcomm._rendezvous import GroupFacts
 
 BACKEND_NAME = "fastcomm"
@@ -49,12 +55,15 @@ def make_config(options: Options, facts: GroupFacts, plan: _shm.ShmPlan, cuda_un
     for field in dataclasses.fields(options):
         setattr(config, field.name, getattr(options, field.name))
     local_ranks = plan.engine.local_size if plan.engine is not None else 1
-    config.shm_async_min_bytes = resolve_async_min_bytes(options.shm_async_min_bytes, local_ranks,
-                                                         len(_shm.usable_cpus()))
+    config.shm_async_min_bytes = resolve_async_min_bytes(
+        options.shm_async_min_bytes, local_ranks, len(_shm.usable_cpus())
+    )
     config.shm_allreduce_single_copy_min_bytes = resolve_single_copy_min_bytes(
-        options.shm_allreduce_single_copy_min_bytes, local_ranks, facts.cpus)
+        options.shm_allreduce_single_copy_min_bytes, local_ranks, facts.cpus
+    )
     config.shm_allreduce_single_copy_max_bytes = resolve_single_copy_max_bytes(
-        options.shm_allreduce_single_copy_max_bytes, options.shm_huge_pages_min_bytes)
+        options.shm_allreduce_single_copy_max_bytes, options.shm_huge_pages_min_bytes
+    )
     config.host_of_rank = plan.host_of_rank
     config.cuda_unavailable_reason = cuda_unavailable_reason
     return config
@@ -81,8 +90,16 @@ def create_backend(dist_options, backend_options=None) -> _C.ProcessGroupFastcom
     # Hierarchical groups: host leaders post why an op failed here, for the other hosts' errors.
     failures = dist.PrefixStore("fastcomm/failures/", store) if plan.host_of_rank else None
     return _C.ProcessGroupFastcomm(
-        rank, size, timeout, make_config(options, facts, plan, reason),
-        gloo=gloo, check=check, nccl=nccl, engine=plan.engine, leaders=plan.leaders, failures=failures,
+        rank,
+        size,
+        timeout,
+        make_config(options, facts, plan, reason),
+        gloo=gloo,
+        check=check,
+        nccl=nccl,
+        engine=plan.engine,
+        leaders=plan.leaders,
+        failures=failures,
     )
 
 
@@ -98,7 +115,9 @@ def fastcomm_backend(group: dist.ProcessGroup | None = None) -> _C.ProcessGroupF
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     backend = pg._get_backend(torch.device("cpu"))
     if not isinstance(backend, _C.ProcessGroupFastcomm):
-        raise ValueError(f"fastcomm_backend: group {pg.group_name!r} is not a fastcomm group (got {type(backend).__name__})")
+        raise ValueError(
+            f"fastcomm_backend: group {pg.group_name!r} is not a fastcomm group (got {type(backend).__name__})"
+        )
     return backend
 
 

@@ -7,6 +7,7 @@ FASTCOMM_SOCKET_IFNAME) names the interfaces to use, one Gloo device each;
 without it Gloo binds to the address the hostname resolves to. A name this
 host does not have is refused when the options are read (fastcomm/_options.py).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -23,8 +24,15 @@ def devices(options: Options) -> list:
     return [dist.ProcessGroupGloo.create_device(interface=name) for name in options.socket_ifname.split(",")]
 
 
-def make_gloo(store: dist.Store, prefix: str, rank: int, size: int, timeout: datetime.timedelta,
-              options: Options, threads: int | None = None) -> dist.ProcessGroupGloo:
+def make_gloo(
+    store: dist.Store,
+    prefix: str,
+    rank: int,
+    size: int,
+    timeout: datetime.timedelta,
+    options: Options,
+    threads: int | None = None,
+) -> dist.ProcessGroupGloo:
     """A Gloo backend over `prefix` of `store`, with fastcomm's interfaces and
     `threads` worker threads (default: FASTCOMM_GLOO_THREADS)."""
     gloo_options = dist.ProcessGroupGloo._Options()

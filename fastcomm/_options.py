@@ -1,4 +1,5 @@
 """The one place fastcomm reads environment variables (all listed in docs/tuning.md)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -109,7 +110,6 @@ class Options:
     socket_ifname: str = ""
 
 
-
 # The most worker threads one internal Gloo group may start (each group starts
 # its own; more than a few only wait on the same sockets).
 MAX_GLOO_THREADS = 64
@@ -140,6 +140,7 @@ AGREED_FIELDS = (
 def env_name(field: str) -> str:
     """The environment variable of Options field `field`."""
     return "FASTCOMM_" + field.upper()
+
 
 def _int_at_least(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
@@ -227,8 +228,10 @@ def _interfaces() -> str:
     have = [interface for _, interface in socket.if_nameindex()]
     for interface in raw.split(","):
         if interface not in have:
-            raise ValueError(f"fastcomm: environment variable {name} names network interface {interface!r}, which "
-                             f"this host does not have (it has: {', '.join(have)})")
+            raise ValueError(
+                f"fastcomm: environment variable {name} names network interface {interface!r}, which "
+                f"this host does not have (it has: {', '.join(have)})"
+            )
     return raw
 
 
@@ -249,7 +252,9 @@ def read_options() -> Options:
         shm_allreduce_single_copy_max_bytes=_int_at_least(
             "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", Options.shm_allreduce_single_copy_max_bytes, 0
         ),
-        shm_huge_pages_min_bytes=_int_at_least("FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES", Options.shm_huge_pages_min_bytes, 0),
+        shm_huge_pages_min_bytes=_int_at_least(
+            "FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES", Options.shm_huge_pages_min_bytes, 0
+        ),
         shm_arena_min_bytes=_int_at_least("FASTCOMM_SHM_ARENA_MIN_BYTES", Options.shm_arena_min_bytes, 0),
         shm_low_precision_arena_min_bytes=_int_at_least(
             "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", Options.shm_low_precision_arena_min_bytes, 0

@@ -27,6 +27,7 @@ declaration that fails only means two copies, never a wrong result.
 The declaration replaces any ptracer the process declared before (one per
 process, as the kernel keeps it).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -109,7 +110,10 @@ def choose_ptracer(chains: list[list[int]], initial_namespace: bool) -> tuple[in
     if ancestor is None:
         return None, "the ranks share no ancestor visible here"
     if ancestor == 1 and initial_namespace:
-        return None, "the ranks' only common ancestor is the host's init (started apart): declaring it would open them to every process"
+        return (
+            None,
+            "the ranks' only common ancestor is the host's init (started apart): declaring it would open them to every process",
+        )
     return ancestor, f"the ranks' launcher (pid {ancestor})"
 
 

@@ -1,6 +1,7 @@
 """What every rank of a new group publishes through the group's store, and how
 the others wait for it: one deadline for the whole set-up (the group timeout),
 and an error naming the ranks that did not publish in time."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -16,6 +16,7 @@ nonce must match. ``FASTCOMM_RANKS_PER_HOST=k``
 splits the group into blocks of k consecutive ranks that act as separate
 hosts, so the hierarchical algorithms can be tested on one machine.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -174,8 +175,9 @@ def check_segment_size(slot_bytes: int, local_sizes: list[int], memory_bytes: in
         )
 
 
-def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options,
-          facts: GroupFacts) -> ShmPlan:
+def setup(
+    store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, options: Options, facts: GroupFacts
+) -> ShmPlan:
     """This rank's part of the group's shared-memory rendezvous (collective over the group)."""
     if not options.shm:
         return ShmPlan()
@@ -192,8 +194,13 @@ def setup(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, 
     local_rank = local.index(rank)
     check_segment_size(options.shm_slot_bytes, [keys.count(k) for k in hosts], facts.memory_bytes)
     # Before the engine exists, so every peer's declaration precedes any rank's single-copy probe.
-    _ptracer.declare_for_host(store, f"{_PREFIX}ancestry/", rank, local,
-                              lambda s, prefix, ranks: get_all(s, prefix, "ancestry", ranks, clock, "shared-memory set-up"))
+    _ptracer.declare_for_host(
+        store,
+        f"{_PREFIX}ancestry/",
+        rank,
+        local,
+        lambda s, prefix, ranks: get_all(s, prefix, "ancestry", ranks, clock, "shared-memory set-up"),
+    )
     engine, status = None, "ok"
     try:
         if len(local) > 1:

@@ -4,6 +4,7 @@
 sizes); `ranks2` is 2 processes only. Pools live for the session and are
 remade when a check breaks one.
 """
+
 import os
 import sys
 
@@ -41,8 +42,14 @@ TOPOLOGIES = {
     "ws4-2hosts": (4, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
     "ws3-2hosts": (3, (("FASTCOMM_RANKS_PER_HOST", "2"),)),
     # tiny slots and pieces: every pipelined piece spans several rounds, every message many pieces
-    "ws3-2hosts-tiny": (3, (("FASTCOMM_RANKS_PER_HOST", "2"), ("FASTCOMM_SHM_SLOT_BYTES", "4096"),
-                            ("FASTCOMM_PIPELINE_PIECE_BYTES", "16384"))),
+    "ws3-2hosts-tiny": (
+        3,
+        (
+            ("FASTCOMM_RANKS_PER_HOST", "2"),
+            ("FASTCOMM_SHM_SLOT_BYTES", "4096"),
+            ("FASTCOMM_PIPELINE_PIECE_BYTES", "16384"),
+        ),
+    ),
     "ws3-noshm": (3, (("FASTCOMM_SHM", "0"),)),
     "ws2-1perhost": (2, (("FASTCOMM_RANKS_PER_HOST", "1"),)),  # no engine anywhere: Gloo and adapters
 }

@@ -2,6 +2,7 @@
 and torch's own way of doing the same job. Bytes per kernel: gradient in,
 error feedback in and out, payload out; for the decompress-and-sum kernels the
 gathered payloads of RANKS ranks in and the bucket out."""
+
 import pytest
 import torch
 
@@ -19,7 +20,11 @@ def bufs(request):
     g = torch.randn(n, generator=torch.Generator().manual_seed(0))
     k = max(1, n // 20)
     return {
-        "n": n, "k": k, "g": g, "error": torch.zeros(n), "out": torch.empty(n),
+        "n": n,
+        "k": k,
+        "g": g,
+        "error": torch.zeros(n),
+        "out": torch.empty(n),
         "half": torch.empty(n, dtype=torch.float16),
         "int8": ops.compress_int8_quantize(g, None, 256, False, 0).repeat(RANKS, 1),
         "topk": ops.compress_topk(g, None, k).repeat(RANKS, 1),
@@ -39,16 +44,20 @@ def _torch_low_precision_sum(sources, out):
 
 
 def _low_precision_sum(n):
-    return (lambda b: fastcomm._C.low_precision_sum(b["sources"][:n], b["out"], "float16", 1 / n, 65504.0 / n),
-            lambda elements, k: 4 * (n + 1) * elements)
+    return (
+        lambda b: fastcomm._C.low_precision_sum(b["sources"][:n], b["out"], "float16", 1 / n, 65504.0 / n),
+        lambda elements, k: 4 * (n + 1) * elements,
+    )
 
 
 # group -> implementation -> (call(bufs), bytes(n, k)). "copy" (the memory
 # bandwidth reference) joins every group; "torch" is how torch's hooks do the job.
 GROUPS = {
     "fp16 compress": {
-        "fastcomm": (lambda b: ops.compress_multi_tensor_pack([b["g"]], b["half"], 1 / RANKS, 65504.0 / RANKS),
-                     lambda n, k: 6 * n),
+        "fastcomm": (
+            lambda b: ops.compress_multi_tensor_pack([b["g"]], b["half"], 1 / RANKS, 65504.0 / RANKS),
+            lambda n, k: 6 * n,
+        ),
         "torch": (lambda b: b["g"].div_(1.0).to(torch.float16), lambda n, k: 6 * n),  # divide in place, convert
     },
     "fp16 decompress": {
@@ -56,8 +65,10 @@ GROUPS = {
         "torch": (lambda b: b["out"].copy_(b["half"]), lambda n, k: 6 * n),
     },
     "bf16 compress": {
-        "fastcomm": (lambda b: ops.compress_multi_tensor_pack([b["g"]], b["half"].view(torch.bfloat16), 1 / RANKS,
-                                                              float("inf")), lambda n, k: 6 * n),
+        "fastcomm": (
+            lambda b: ops.compress_multi_tensor_pack([b["g"]], b["half"].view(torch.bfloat16), 1 / RANKS, float("inf")),
+            lambda n, k: 6 * n,
+        ),
         "torch": (lambda b: b["g"].mul(1 / RANKS).to(torch.bfloat16), lambda n, k: 6 * n),
     },
     # The native fp16 all_reduce's sum over the ranks of a host (compress::low_precision_sum_cpu): 2-8
@@ -70,18 +81,29 @@ GROUPS = {
         "torch 4 sources": (lambda b: _torch_low_precision_sum(b["sources"][:4], b["out"]), lambda n, k: 20 * n),
     },
     "compression kernels": {
-        "int8 quantize + EF": (lambda b: ops.compress_int8_quantize(b["g"], b["error"], 256, False, 0),
-                               lambda n, k: 13 * n),
-        "int8 quantize stochastic": (lambda b: ops.compress_int8_quantize(b["g"], None, 256, True, 1),
-                                     lambda n, k: 5 * n),
-        "int8 dequantize-sum": (lambda b: ops.compress_int8_dequantize_sum(b["int8"], b["out"], 256, 1 / RANKS),
-                                lambda n, k: (RANKS + 4) * n),
+        "int8 quantize + EF": (
+            lambda b: ops.compress_int8_quantize(b["g"], b["error"], 256, False, 0),
+            lambda n, k: 13 * n,
+        ),
+        "int8 quantize stochastic": (
+            lambda b: ops.compress_int8_quantize(b["g"], None, 256, True, 1),
+            lambda n, k: 5 * n,
+        ),
+        "int8 dequantize-sum": (
+            lambda b: ops.compress_int8_dequantize_sum(b["int8"], b["out"], 256, 1 / RANKS),
+            lambda n, k: (RANKS + 4) * n,
+        ),
         "topk 5% + EF": (lambda b: ops.compress_topk(b["g"], b["error"], b["k"]), lambda n, k: 12 * n),
         "torch.topk 5%": (lambda b: torch.topk(b["g"].abs(), b["k"]), lambda n, k: 4 * n),  # the selection alone
-        "topk-sum": (lambda b: ops.compress_topk_sum(b["topk"], b["out"], 1 / RANKS),
-                     lambda n, k: 4 * n + 8 * k * RANKS),
+        "topk-sum": (
+            lambda b: ops.compress_topk_sum(b["topk"], b["out"], 1 / RANKS),
+            lambda n, k: 4 * n + 8 * k * RANKS,
+        ),
         "sign + EF": (lambda b: ops.compress_sign(b["g"], b["error"]), lambda n, k: 12 * n),
-        "sign-sum": (lambda b: ops.compress_sign_sum(b["sign"], b["out"], 1 / RANKS), lambda n, k: 4 * n + RANKS * n // 8),
+        "sign-sum": (
+            lambda b: ops.compress_sign_sum(b["sign"], b["out"], 1 / RANKS),
+            lambda n, k: 4 * n + RANKS * n // 8,
+        ),
     },
 }
 COPY = (lambda b: b["out"].copy_(b["g"]), lambda n, k: 8 * n)

@@ -2,6 +2,7 @@
 two 16 MiB sources into a third (and eight, a host of eight ranks), against
 torch's add and a plain copy of the same size. Bytes: the sources read, the
 destination written."""
+
 import pytest
 import torch
 
@@ -43,10 +44,12 @@ def test_reduce_float32_eight_sources(benchmark, impl):
     if impl == "fastcomm sum":  # one pass over all eight
         run(benchmark, lambda: _C.reduce_buffers(sources, out, "sum"), 36 * N)
     elif impl == "torch add":  # seven passes, as a torch program would sum them
+
         def add_all():
             torch.add(sources[0], sources[1], out=out)
             for s in sources[2:]:
                 out.add_(s)
+
         run(benchmark, add_all, 36 * N)
     else:
         run(benchmark, lambda: out.copy_(sources[0]), 8 * N)

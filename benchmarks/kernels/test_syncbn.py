@@ -3,6 +3,7 @@ against the torch ops its peer uses (torch's SyncBatchNorm algorithm with its
 GPU-only kernels written as torch CPU ops, benchmarks/torch_syncbn_algorithm.py).
 One 16x128x28x28 float32 activation (6.1 MiB). Bytes: the input (and output
 gradient) read, the output written."""
+
 import pytest
 import torch
 

@@ -8,6 +8,7 @@ sample's slowest rank is found after the loop (a MAX reduce of all samples),
 so nothing but the barrier runs between samples. Rank 0 prints one JSON line:
 {"size": [seconds per sample, ...], ...}. The result is checked once per size.
 """
+
 import argparse
 import json
 import os
@@ -27,7 +28,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     rounds.add_arguments(p)
-    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
+    p.add_argument(
+        "--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size"
+    )
     args = p.parse_args()
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()

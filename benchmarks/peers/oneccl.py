@@ -18,6 +18,7 @@ and prints the RESULT line run.py reads. CCL_WORKER_OFFLOAD=0 runs the
 collectives on the calling thread, as every other library here does (oneCCL's
 default adds a worker thread per rank, which on 2 cores competes with the ranks).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,33 +54,102 @@ def available() -> str | None:
 def build() -> None:
     os.makedirs(HOME, exist_ok=True)
     wheels = os.path.join(HOME, "wheels")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", wheels,
-                    f"oneccl-cpu=={VERSION}", f"oneccl-devel=={VERSION}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            wheels,
+            f"oneccl-cpu=={VERSION}",
+            f"oneccl-devel=={VERSION}",
+        ],
+        check=True,
+    )
     for wheel in glob.glob(os.path.join(wheels, "*.whl")):
         with zipfile.ZipFile(wheel) as z:
             z.extractall(os.path.join(HOME, "unpacked"))
-    data = {name: os.path.join(HOME, "unpacked", f"{name}-{VERSION}.data", "data") for name in ("oneccl_cpu", "oneccl_devel")}
+    data = {
+        name: os.path.join(HOME, "unpacked", f"{name}-{VERSION}.data", "data")
+        for name in ("oneccl_cpu", "oneccl_devel")
+    }
     lib = os.path.join(HOME, "lib")
     os.makedirs(lib, exist_ok=True)
     shutil.copy(os.path.join(data["oneccl_cpu"], "lib", "libccl.so.1"), lib)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,-soname,libccl.so.2", "-o", os.path.join(lib, "libccl.so.2"),
-                    os.path.join(HERE, "ccl_runtime_stub.c")], check=True)
-    subprocess.run(["g++", "-O2", "-std=c++17", "-I", os.path.join(data["oneccl_devel"], "include"),
-                    os.path.join(HERE, "oneccl_worker.cpp"), "-o", WORKER, os.path.join(lib, "libccl.so.1"),
-                    "-Wl,-rpath,$ORIGIN/lib"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libccl.so.2",
+            "-o",
+            os.path.join(lib, "libccl.so.2"),
+            os.path.join(HERE, "ccl_runtime_stub.c"),
+        ],
+        check=True,
+    )
+    subprocess.run(
+        [
+            "g++",
+            "-O2",
+            "-std=c++17",
+            "-I",
+            os.path.join(data["oneccl_devel"], "include"),
+            os.path.join(HERE, "oneccl_worker.cpp"),
+            "-o",
+            WORKER,
+            os.path.join(lib, "libccl.so.1"),
+            "-Wl,-rpath,$ORIGIN/lib",
+        ],
+        check=True,
+    )
     print(f"oneccl: {WORKER} (oneccl-cpu {VERSION})")
 
 
-def run_round(nproc: int, sizes: str, iters: int, warmup: int, settle: float, round_ms: float = 0.0,
-              max_samples: int = rounds.DEFAULT_MAX_SAMPLES, timeout: float = 600) -> int:
-    env = dict(os.environ, CCL_WORKER_OFFLOAD="0", CCL_ATL_TRANSPORT="ofi", CCL_LOCAL_SIZE=str(nproc),
-               CCL_LOG_LEVEL="error", LD_LIBRARY_PATH=LIBFABRIC_DIR)
+def run_round(
+    nproc: int,
+    sizes: str,
+    iters: int,
+    warmup: int,
+    settle: float,
+    round_ms: float = 0.0,
+    max_samples: int = rounds.DEFAULT_MAX_SAMPLES,
+    timeout: float = 600,
+) -> int:
+    env = dict(
+        os.environ,
+        CCL_WORKER_OFFLOAD="0",
+        CCL_ATL_TRANSPORT="ofi",
+        CCL_LOCAL_SIZE=str(nproc),
+        CCL_LOG_LEVEL="error",
+        LD_LIBRARY_PATH=LIBFABRIC_DIR,
+    )
     with tempfile.TemporaryDirectory(prefix="fastcomm-oneccl-") as tmp:
         kvs = os.path.join(tmp, "kvs")
-        procs = [subprocess.Popen([WORKER, str(r), str(nproc), kvs, sizes, str(iters), str(warmup), str(settle),
-                                   str(round_ms), str(max_samples)],
-                                  env=dict(env, CCL_LOCAL_RANK=str(r)), stdout=subprocess.PIPE if r == 0 else None,
-                                  text=True) for r in range(nproc)]
+        procs = [
+            subprocess.Popen(
+                [
+                    WORKER,
+                    str(r),
+                    str(nproc),
+                    kvs,
+                    sizes,
+                    str(iters),
+                    str(warmup),
+                    str(settle),
+                    str(round_ms),
+                    str(max_samples),
+                ],
+                env=dict(env, CCL_LOCAL_RANK=str(r)),
+                stdout=subprocess.PIPE if r == 0 else None,
+                text=True,
+            )
+            for r in range(nproc)
+        ]
         try:
             out, _ = procs[0].communicate(timeout=timeout)
             codes = [procs[0].returncode] + [p.wait(timeout=timeout) for p in procs[1:]]
@@ -100,7 +170,9 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     rounds.add_arguments(p)
-    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
+    p.add_argument(
+        "--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size"
+    )
     args = p.parse_args()
     if args.build:
         build()

@@ -9,6 +9,7 @@ cover a far shorter stretch of the machine's own variation (docs/shm_benchmarks.
 "What spreads the rounds") than a slow library's, so with equal counts the
 round-to-round spread compares unlike stretches.
 """
+
 import math
 import time
 
@@ -17,8 +18,12 @@ DEFAULT_MAX_SAMPLES = 200000
 
 def add_arguments(parser) -> None:
     """A worker's --round-ms and --max-samples (oneccl.py passes them on to its C++ worker)."""
-    parser.add_argument("--round-ms", type=float, default=0.0,
-                        help="more samples than --iters until each size's loop lasts about this long (0: --iters)")
+    parser.add_argument(
+        "--round-ms",
+        type=float,
+        default=0.0,
+        help="more samples than --iters until each size's loop lasts about this long (0: --iters)",
+    )
     parser.add_argument("--max-samples", type=int, default=DEFAULT_MAX_SAMPLES, help="per size, with --round-ms")
 
 

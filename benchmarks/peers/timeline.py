@@ -11,6 +11,7 @@ autocorrelation (a peak at lag k: the time repeats every k windows; the lag
 also in ms of wall time), then the first window size's medians in order. The
 same tensor throughout: what moves is the machine, not the tensor.
 """
+
 import argparse
 import os
 import statistics
@@ -35,27 +36,49 @@ def main() -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--show", type=int, default=200, help="window medians printed")
     args = p.parse_args()
-    command = [sys.executable, os.path.join(run.HERE, "torch_worker.py"), "--backend", "fastcomm", "--api", "cpp",
-               "--nproc", str(args.nproc), "--sizes", str(args.size), "--iters", str(args.samples),
-               "--warmup", "100", "--settle", "0.5"]
+    command = [
+        sys.executable,
+        os.path.join(run.HERE, "torch_worker.py"),
+        "--backend",
+        "fastcomm",
+        "--api",
+        "cpp",
+        "--nproc",
+        str(args.nproc),
+        "--sizes",
+        str(args.size),
+        "--iters",
+        str(args.samples),
+        "--warmup",
+        "100",
+        "--settle",
+        "0.5",
+    ]
     result, others = run._run(command, timeout=600)
     key = str(max(4, args.size // 4 * 4))
     samples, wall = result[key], result["loop_seconds"][key]
     windows = [int(w) for w in str(args.window).split(",")]
-    print(f"# {args.size} B, {args.nproc} ranks, {len(samples)} samples in {wall:.2f} s; "
-          f"other processes used {others:.0%} of the machine")
+    print(
+        f"# {args.size} B, {args.nproc} ranks, {len(samples)} samples in {wall:.2f} s; "
+        f"other processes used {others:.0%} of the machine"
+    )
     medians_of = {}
     for w in windows:
-        medians = medians_of[w] = [statistics.median(samples[i:i + w]) * 1e6
-                                   for i in range(0, len(samples) - w + 1, w)]
+        medians = medians_of[w] = [
+            statistics.median(samples[i : i + w]) * 1e6 for i in range(0, len(samples) - w + 1, w)
+        ]
         window_ms = wall / len(samples) * w * 1e3
-        print(f"# {len(medians)} windows of {w} samples (~{window_ms:.2f} ms each): medians {min(medians):.2f}-"
-              f"{max(medians):.2f} us, max/min {max(medians) / min(medians):.3f}")
+        print(
+            f"# {len(medians)} windows of {w} samples (~{window_ms:.2f} ms each): medians {min(medians):.2f}-"
+            f"{max(medians):.2f} us, max/min {max(medians) / min(medians):.3f}"
+        )
         lags = [(k, _autocorrelation(medians, k)) for k in range(1, min(100, len(medians) // 2))]
         peaks = [(k, a) for i, (k, a) in enumerate(lags[1:-1], 1) if a > lags[i - 1][1] and a >= lags[i + 1][1]]
-        print("#   autocorrelation peaks (lag in windows, ~ms, value): " +
-              ", ".join(f"{k} ({k * window_ms:.1f} ms) {a:.2f}" for k, a in peaks[:5]))
-    print(" ".join(f"{m:.2f}" for m in medians_of[windows[0]][:args.show]))
+        print(
+            "#   autocorrelation peaks (lag in windows, ~ms, value): "
+            + ", ".join(f"{k} ({k * window_ms:.1f} ms) {a:.2f}" for k, a in peaks[:5])
+        )
+    print(" ".join(f"{m:.2f}" for m in medians_of[windows[0]][: args.show]))
     return 0
 
 

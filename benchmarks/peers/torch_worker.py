@@ -16,6 +16,7 @@ until each size's loop lasts about T ms (rounds.py).
 (deepspeed_shm.py) on a Gloo group, as deepspeed.comm runs it on CPU: its
 barrier is the group's (Gloo's), the op torch.ops.deepspeed.inference_all_reduce_.
 """
+
 import argparse
 import datetime
 import json
@@ -59,8 +60,13 @@ def _rank(rank: int, args, store_path: str) -> None:
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     torch.set_num_threads(1)
     deepspeed = args.backend == "deepspeed"
-    dist.init_process_group("gloo" if deepspeed else args.backend, init_method=f"file://{store_path}", rank=rank,
-                            world_size=args.nproc, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo" if deepspeed else args.backend,
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=args.nproc,
+        timeout=datetime.timedelta(seconds=120),
+    )
     if deepspeed:
         import deepspeed_shm
 
@@ -129,7 +135,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     rounds.add_arguments(p)
-    p.add_argument("--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size")
+    p.add_argument(
+        "--settle", type=float, default=0.2, help="seconds of untimed small all_reduces before the first size"
+    )
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
     args.tag = str(20000 + os.getpid() % 40000)  # names deepspeed's shared memory

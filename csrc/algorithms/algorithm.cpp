@@ -16,8 +16,7 @@ c10::intrusive_ptr<c10::ivalue::Future> new_tensor_list_future() {
 }  // namespace
 
 Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::vector<at::Tensor> results) {
-  const bool all_finished =
-      std::all_of(parts.begin(), parts.end(), [](const Launched& part) { return part.finished; });
+  const bool all_finished = std::all_of(parts.begin(), parts.end(), [](const Launched& part) { return part.finished; });
   if (all_finished) {
     for (const auto& part : parts) {
       if (part.error) return failed(part.error);
@@ -32,7 +31,8 @@ Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::
   Launched out;
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   for (auto& part : parts) {
-    TORCH_INTERNAL_ASSERT(part.future || part.finished, "fastcomm: then_run needs futures (p2p works cannot be chained)");
+    TORCH_INTERNAL_ASSERT(part.future || part.finished,
+                          "fastcomm: then_run needs futures (p2p works cannot be chained)");
     futures.push_back(future_of(part, {}));  // a part's own results are not this future's
     out.works.insert(out.works.end(), part.works.begin(), part.works.end());
   }
@@ -57,10 +57,9 @@ Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::
   return out;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
-    c10::intrusive_ptr<c10d::Work> work,
-    std::vector<at::Tensor> results,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(c10::intrusive_ptr<c10d::Work> work,
+                                                          std::vector<at::Tensor> results,
+                                                          std::chrono::milliseconds timeout) {
   auto future = new_tensor_list_future();
   // Detached: the thread owns what it touches and ends when the work completes,
   // fails or times out, so it cannot outlive the group timeout.

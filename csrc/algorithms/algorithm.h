@@ -60,17 +60,13 @@ class Algorithm {
 // error among the parts (or thrown by `step`) becomes the future's error. When
 // every part finished inside launch(), `step` runs now and the result is
 // finished too (no future made).
-Launched then_run(
-    std::vector<Launched> parts,
-    std::function<void()> step,
-    std::vector<at::Tensor> results);
+Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::vector<at::Tensor> results);
 
 // A future for `results` completed by a helper thread that waits for `work`
 // (at most `timeout`); for delegate works that have no future of their own.
-c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(
-    c10::intrusive_ptr<c10d::Work> work,
-    std::vector<at::Tensor> results,
-    std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10::ivalue::Future> future_by_waiting(c10::intrusive_ptr<c10d::Work> work,
+                                                          std::vector<at::Tensor> results,
+                                                          std::chrono::milliseconds timeout);
 
 // A future not completed yet (of a tensor list); whoever runs the op completes it.
 Launched pending();

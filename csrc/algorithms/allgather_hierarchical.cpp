@@ -87,7 +87,6 @@ class AllgatherHierarchical final : public HierarchicalAlgorithm {
     };
     return run_pipelined(topology_, c, shm_describe(protocol(), c, total, total * n, -1), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace

@@ -34,8 +34,8 @@ class AllgatherShm final : public ShmAlgorithm {
     const size_t total = input.nbytes();
     std::vector<char*> outputs(n);  // where rank r's bytes go
     for (int r = 0; r < n; ++r) {
-      outputs[r] = c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + r * total
-                                                            : byte_ptr(c.output_lists[0][r]);
+      outputs[r] =
+          c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + r * total : byte_ptr(c.output_lists[0][r]);
     }
     return shm_run(engine, c, shm_describe(protocol(), c, total, total * n, -1),
                    [&]() { shm_gather_chunks(engine, byte_ptr(input), total, outputs, kEveryRank); });

@@ -30,9 +30,9 @@ class AllgatherShmArena final : public ShmAlgorithm {
 
   bool accepts(const Collective& c) const override {
     if (!topology_.single_host() || !shm_eligible(c) || c.inputs.size() != 1) return false;
-    const bool form = c.type == c10d::OpType::_ALLGATHER_BASE ? c.outputs.size() == 1
-                                                               : c.type == c10d::OpType::ALLGATHER &&
-                                                                     c.output_lists.size() == 1;
+    const bool form = c.type == c10d::OpType::_ALLGATHER_BASE
+                          ? c.outputs.size() == 1
+                          : c.type == c10d::OpType::ALLGATHER && c.output_lists.size() == 1;
     return form && find_arena_tensor(*arena_, c.inputs[0].data_ptr(), c.inputs[0].nbytes()).has_value();
   }
 
@@ -44,8 +44,8 @@ class AllgatherShmArena final : public ShmAlgorithm {
     const ArenaTensorRef mine = *find_arena_tensor(*arena_, input, bytes);
     std::vector<char*> outputs(n);  // where rank q's input goes
     for (int q = 0; q < n; ++q) {
-      outputs[q] = c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + q * bytes
-                                                            : byte_ptr(c.output_lists[0][q]);
+      outputs[q] =
+          c.type == c10d::OpType::_ALLGATHER_BASE ? byte_ptr(c.outputs[0]) + q * bytes : byte_ptr(c.output_lists[0][q]);
     }
     return shm_run(engine, c, shm_describe(protocol(), c, bytes, bytes * n, shm::kRootArena), [&]() {
       const std::vector<char*> inputs = exchange_arena_tensors(engine, *arena_, mine, input, bytes);

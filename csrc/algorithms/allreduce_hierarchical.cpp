@@ -62,7 +62,6 @@ class AllreduceHierarchical final : public HierarchicalAlgorithm {
     };
     return run_pipelined(topology_, c, shm_describe(protocol(), c, r.total, r.total, 0), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace

@@ -82,7 +82,8 @@ class AllreduceLowPrecisionShm final : public ShmAlgorithm {
     const LowPrecisionOp op = low_precision_op(c);
     // By value: the body may run after launch returned.
     auto body = [&engine, op]() { add_clamps(op.wire, run_allreduce_low_precision_segment(engine, op)); };
-    return shm_run_sized(engine, c, low_precision_describe(protocol(), c, op, -1), std::move(body), async_min_bytes_, op.bytes);
+    return shm_run_sized(engine, c, low_precision_describe(protocol(), c, op, -1), std::move(body), async_min_bytes_,
+                         op.bytes);
   }
 
  private:

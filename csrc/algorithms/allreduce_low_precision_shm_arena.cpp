@@ -80,8 +80,8 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
       for_each_claimed_piece(engine, op.count, kPieceElements, [&](int64_t offset, int64_t len) {
         char* const piece = op.data + offset * element;
         for (int q = 0; q < n; ++q) sources[q] = tensors[q] + offset * element;
-        compress::low_precision_sum_cpu(sources.data(), n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit,
-                                        piece, len, clamped.data());
+        compress::low_precision_sum_cpu(sources.data(), n, op.dtype, op.wire.dtype, op.wire.scale, op.wire.limit, piece,
+                                        len, clamped.data());
         for (int q = 0; q < n; ++q) {
           if (q != me) copy_bytes(tensors[q] + offset * element, piece, len * element);
         }
@@ -104,8 +104,8 @@ class AllreduceLowPrecisionShmArena final : public ShmAlgorithm {
 }  // namespace
 
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
-                                                                  std::shared_ptr<shm::Arena> arena,
-                                                                  int64_t min_bytes, int64_t async_min_bytes) {
+                                                                  std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
+                                                                  int64_t async_min_bytes) {
   return std::make_unique<AllreduceLowPrecisionShmArena>(std::move(topology), std::move(arena), min_bytes,
                                                          async_min_bytes);
 }

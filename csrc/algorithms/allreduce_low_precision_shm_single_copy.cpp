@@ -59,7 +59,8 @@ class AllreduceLowPrecisionShmSingleCopy final : public ShmAlgorithm {
     const LowPrecisionOp op = low_precision_op(c);
     // By value: the body may run on the op queue after launch returned, even after the group is gone.
     auto body = [state = state_, &engine, op]() { add_clamps(op.wire, run(*state, engine, op)); };
-    return shm_run_sized(engine, c, low_precision_describe(protocol(), c, op, -1), std::move(body), async_min_bytes_, op.bytes);
+    return shm_run_sized(engine, c, low_precision_describe(protocol(), c, op, -1), std::move(body), async_min_bytes_,
+                         op.bytes);
   }
 
  private:

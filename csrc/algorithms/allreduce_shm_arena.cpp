@@ -38,8 +38,7 @@ constexpr size_t kPushPieceBytes = 256 << 10;
 
 class AllreduceShmArena final : public ShmAlgorithm {
  public:
-  AllreduceShmArena(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
-                    int64_t async_min_bytes)
+  AllreduceShmArena(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes, int64_t async_min_bytes)
       : ShmAlgorithm(std::move(topology)),
         arena_(std::move(arena)),
         min_bytes_(min_bytes),

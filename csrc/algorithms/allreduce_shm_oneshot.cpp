@@ -21,7 +21,8 @@ namespace {
 
 class AllreduceShmOneshot final : public ShmAlgorithm {
  public:
-  AllreduceShmOneshot(ShmTopology topology, int64_t max_bytes) : ShmAlgorithm(std::move(topology)), max_bytes_(max_bytes) {}
+  AllreduceShmOneshot(ShmTopology topology, int64_t max_bytes)
+      : ShmAlgorithm(std::move(topology)), max_bytes_(max_bytes) {}
 
   const char* name() const override {
     return "allreduce_shm_oneshot";

@@ -26,8 +26,8 @@ namespace {
 
 class AllreduceShmSingleCopy final : public ShmAlgorithm {
  public:
-  AllreduceShmSingleCopy(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
-                         int64_t max_bytes, int64_t huge_pages_min_bytes, int64_t async_min_bytes)
+  AllreduceShmSingleCopy(ShmTopology topology, std::shared_ptr<shm::Arena> arena, int64_t min_bytes, int64_t max_bytes,
+                         int64_t huge_pages_min_bytes, int64_t async_min_bytes)
       : ShmAlgorithm(std::move(topology)),
         arena_(std::move(arena)),
         min_bytes_(min_bytes),
@@ -53,8 +53,8 @@ class AllreduceShmSingleCopy final : public ShmAlgorithm {
     const ShmReduction r = shm_reduction(c);
     // By value: the body may run on the op queue after launch returned, even after the group is gone.
     auto body = [state = state_, &engine, r]() { run(*state, engine, r); };
-    return shm_run_sized(engine, c, shm_describe(protocol(), c, r.total, r.total, -1), std::move(body), async_min_bytes_,
-                         r.total);
+    return shm_run_sized(engine, c, shm_describe(protocol(), c, r.total, r.total, -1), std::move(body),
+                         async_min_bytes_, r.total);
   }
 
  private:

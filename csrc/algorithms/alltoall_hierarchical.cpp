@@ -37,8 +37,8 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
     if (!runs_here()) return false;
     const size_t slot = topology_.engine->slot_bytes();
     // Round 0 holds 2N sizes; a slot holds P pieces of at least 64 bytes.
-    return c.type == c10d::OpType::ALLTOALL_BASE && shm_eligible(c) && c.inputs.size() == 1 &&
-           c.outputs.size() == 1 && 16 * static_cast<size_t>(topology_.group_size) <= slot &&
+    return c.type == c10d::OpType::ALLTOALL_BASE && shm_eligible(c) && c.inputs.size() == 1 && c.outputs.size() == 1 &&
+           16 * static_cast<size_t>(topology_.group_size) <= slot &&
            topology_.engine->local_size() * size_t{64} <= slot;
   }
 
@@ -57,7 +57,9 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
     std::vector<std::vector<uint64_t>> sizes(p, std::vector<uint64_t>(2 * n));
     // The leader's buffers per other host (index: host), and their sizes.
     std::vector<at::Tensor> outbound(hosts_.hosts()), inbound(hosts_.hosts());
-    auto bytes = [](uint64_t count) { return at::empty({static_cast<int64_t>(count)}, at::TensorOptions().dtype(at::kByte)); };
+    auto bytes = [](uint64_t count) {
+      return at::empty({static_cast<int64_t>(count)}, at::TensorOptions().dtype(at::kByte));
+    };
     auto remote = [&](int r) { return topology_.host_of_rank[r] != me; };
 
     HierarchicalSteps steps;
@@ -90,7 +92,8 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
         for (int q = 0; q < p; ++q) {
           const int r = mine[q];
           if (offset < send_len[r]) {
-            copy_bytes(engine.my_slot() + q * piece, in + send_at[r] + offset, std::min<uint64_t>(piece, send_len[r] - offset));
+            copy_bytes(engine.my_slot() + q * piece, in + send_at[r] + offset,
+                       std::min<uint64_t>(piece, send_len[r] - offset));
           }
         }
         engine.round();
@@ -157,7 +160,8 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
         headers_in[g] = at::empty({static_cast<int64_t>(p * theirs.size())}, at::kLong);
         auto* h = headers_out[g].data_ptr<int64_t>();
         for (int q = 0; q < p; ++q) {
-          for (size_t j = 0; j < theirs.size(); ++j) h[q * theirs.size() + j] = static_cast<int64_t>(sizes[q][theirs[j]]);
+          for (size_t j = 0; j < theirs.size(); ++j)
+            h[q * theirs.size() + j] = static_cast<int64_t>(sizes[q][theirs[j]]);
         }
         works.push_back(leaders_send(*leaders_, headers_out[g], g, 0));
         works.push_back(leaders_recv(*leaders_, headers_in[g], g, 0));
@@ -223,7 +227,6 @@ class AlltoallHierarchical final : public HierarchicalAlgorithm {
     // Sizes differ across ranks with uneven splits: round 0 and the headers check them instead.
     return run_hierarchical(topology_, c, shm_describe(protocol(), c, 0, 0, -1), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace

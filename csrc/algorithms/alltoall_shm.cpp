@@ -73,7 +73,8 @@ class AlltoallShm final : public ShmAlgorithm {
         engine.round();
         for (int r = 0; r < n; ++r) {
           if (offset < recv_len[r]) {
-            copy_bytes(out + recv_at[r] + offset, engine.slot_of(r) + me * piece, std::min(piece, recv_len[r] - offset));
+            copy_bytes(out + recv_at[r] + offset, engine.slot_of(r) + me * piece,
+                       std::min(piece, recv_len[r] - offset));
           }
         }
       }

@@ -34,7 +34,6 @@ class BarrierHierarchical final : public HierarchicalAlgorithm {
     steps.inside_after = one_round;
     return run_hierarchical(topology_, c, shm_describe(protocol(), c, 0, 0, -1), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace

@@ -48,12 +48,12 @@ class BroadcastHierarchical final : public HierarchicalAlgorithm {
     };
     return run_hierarchical(topology_, c, shm_describe(protocol(), c, total, total, local_root), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_broadcast_hierarchical(ShmTopology topology, c10::intrusive_ptr<c10d::Backend> leaders) {
+std::unique_ptr<Algorithm> make_broadcast_hierarchical(ShmTopology topology,
+                                                       c10::intrusive_ptr<c10d::Backend> leaders) {
   return std::make_unique<BroadcastHierarchical>(std::move(topology), std::move(leaders));
 }
 

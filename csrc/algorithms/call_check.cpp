@@ -101,8 +101,8 @@ void check_pairs(const char* name, const std::vector<at::Tensor>& payloads, int 
   for (int r = 0; r < n; ++r) {
     for (int q = 0; q < n; ++q) {
       const int64_t sends = pairs_of(r)[q], expects = pairs_of(q)[n + r];
-      FC_CHECK(sends == expects, name, "ranks disagree on the collective: its sizes do not pair up: rank ", r, " sends ", sends,
-               " bytes to rank ", q, ", which expects ", expects, " bytes from it");
+      FC_CHECK(sends == expects, name, "ranks disagree on the collective: its sizes do not pair up: rank ", r,
+               " sends ", sends, " bytes to rank ", q, ", which expects ", expects, " bytes from it");
     }
   }
 }
@@ -199,8 +199,8 @@ Launched CallCheck::exchange(const Collective& call, uint16_t algorithm, const a
   const int rank = check_->getRank();
   const int64_t payload_bytes = payload.defined() ? payload.numel() : 0;
   // The callback runs on the check group's thread, or here if the check already failed.
-  work->getFuture()->addCallback([closed = closed_, future = out.future, mine, inputs, outputs, rank,
-                                  payload_bytes, name = call.name, results = call.result_tensors(),
+  work->getFuture()->addCallback([closed = closed_, future = out.future, mine, inputs, outputs, rank, payload_bytes,
+                                  name = call.name, results = call.result_tensors(),
                                   next = std::move(next)](c10::ivalue::Future& done) {
     try {
       done.value();  // rethrows the check's own failure (timeout, dead peer)

@@ -171,11 +171,8 @@ class Delegated final : public Algorithm {
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_delegated(
-    std::string name,
-    c10::DeviceType device,
-    c10::intrusive_ptr<c10d::Backend> backend,
-    std::shared_ptr<CallCheck> check) {
+std::unique_ptr<Algorithm> make_delegated(std::string name, c10::DeviceType device,
+                                          c10::intrusive_ptr<c10d::Backend> backend, std::shared_ptr<CallCheck> check) {
   return std::make_unique<Delegated>(std::move(name), device, std::move(backend), std::move(check));
 }
 

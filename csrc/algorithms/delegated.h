@@ -21,11 +21,8 @@ namespace fastcomm {
 // `check`: where the ranks compare each collective before it goes to `backend`
 // (call_check.h); null: not compared (the NCCL delegate, one-rank groups).
 // Point-to-point is never compared (Gloo matches it by peer and tag).
-std::unique_ptr<Algorithm> make_delegated(
-    std::string name,
-    c10::DeviceType device,
-    c10::intrusive_ptr<c10d::Backend> backend,
-    std::shared_ptr<CallCheck> check);
+std::unique_ptr<Algorithm> make_delegated(std::string name, c10::DeviceType device,
+                                          c10::intrusive_ptr<c10d::Backend> backend, std::shared_ptr<CallCheck> check);
 
 // Hands `c` to `backend` now: the work's future, completed with c's results
 // (none for p2p, whose works are waited directly).

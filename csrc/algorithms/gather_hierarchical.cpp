@@ -56,7 +56,7 @@ class GatherHierarchical final : public HierarchicalAlgorithm {
       std::vector<char*> to(local_size);
       for (int q = 0; q < local_size; ++q) {
         to[q] = root.on_root_host ? (root.is_root ? output(mine[q]) + offset : nullptr)
-                             : (leads ? byte_ptr(buffered(k, q, len)) : nullptr);
+                                  : (leads ? byte_ptr(buffered(k, q, len)) : nullptr);
       }
       const int receiver = root.on_root_host ? root.local_root : 0;
       shm_gather_chunks(engine, byte_ptr(input) + offset, len, to, receiver);
@@ -75,7 +75,8 @@ class GatherHierarchical final : public HierarchicalAlgorithm {
       for (int r : hosts_.host_order) {
         const int g = topology_.host_of_rank[r];
         if (g == me) continue;
-        const at::Tensor into = leader_is_root ? byte_range(c.output_lists[0][r], offset, len) : buffered(k, index, len);
+        const at::Tensor into =
+            leader_is_root ? byte_range(c.output_lists[0][r], offset, len) : buffered(k, index, len);
         works.push_back(leaders_recv(*leaders_, into, g, piece_tag(k, n, r)));
         ++index;
       }
@@ -92,9 +93,9 @@ class GatherHierarchical final : public HierarchicalAlgorithm {
         ++index;
       }
     };
-    return run_pipelined(topology_, c, shm_describe(protocol(), c, total, total * n, root.local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, total, total * n, root.local_root), leaders_.get(),
+                         steps);
   }
-
 };
 
 }  // namespace

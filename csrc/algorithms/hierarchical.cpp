@@ -40,9 +40,9 @@ class CrossHostCheck {
     for (int h = 0; h < static_cast<int>(outputs_[0].size()); ++h) {
       if (at::equal(outputs_[0][h], mine)) continue;
       const shm::OpDescriptor theirs = descriptor_from_fields(outputs_[0][h].data_ptr<int64_t>());
-      throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ",
-                                        leaders_->getRank(), "'s ranks called ", shm::describe(mine_), ", host ", h,
-                                        "'s ranks called ", shm::describe(theirs)));
+      throw std::runtime_error(c10::str("ranks disagree on the collective across hosts: host ", leaders_->getRank(),
+                                        "'s ranks called ", shm::describe(mine_), ", host ", h, "'s ranks called ",
+                                        shm::describe(theirs)));
     }
   }
 
@@ -111,24 +111,27 @@ std::string leaders_failure(const ShmTopology& topology, const Collective& c, co
 Launched run_hierarchical(const ShmTopology& topology, const Collective& c, const shm::OpDescriptor& descriptor,
                           c10d::Backend* leaders, const HierarchicalSteps& steps) {
   shm::Engine& engine = *topology.engine;
-  return shm_run(engine, c, descriptor, [&]() {
-    try {
-      CrossHostCheck check(topology.leads_host() ? leaders : nullptr, c, descriptor);
-      if (steps.inside_before) steps.inside_before();
-      if (topology.leads_host()) {
+  return shm_run(
+      engine, c, descriptor,
+      [&]() {
         try {
-          check.verify();
-          if (steps.among_leaders) steps.among_leaders();
-        } catch (const std::exception& e) {
-          engine.abort_op(leaders_failure(topology, c, e));
+          CrossHostCheck check(topology.leads_host() ? leaders : nullptr, c, descriptor);
+          if (steps.inside_before) steps.inside_before();
+          if (topology.leads_host()) {
+            try {
+              check.verify();
+              if (steps.among_leaders) steps.among_leaders();
+            } catch (const std::exception& e) {
+              engine.abort_op(leaders_failure(topology, c, e));
+            }
+          }
+          if (steps.inside_after) steps.inside_after();
+        } catch (const std::exception& e) {  // whatever stopped this host: the other hosts may quote it
+          post_failure(topology, e.what());
+          throw;
         }
-      }
-      if (steps.inside_after) steps.inside_after();
-    } catch (const std::exception& e) {  // whatever stopped this host: the other hosts may quote it
-      post_failure(topology, e.what());
-      throw;
-    }
-  }, grace(topology));
+      },
+      grace(topology));
 }
 
 namespace {
@@ -151,43 +154,46 @@ Launched run_pipelined(const ShmTopology& topology, const Collective& c, const s
                        c10d::Backend* leaders, const PipelinedSteps& steps) {
   shm::Engine& engine = *topology.engine;
   const bool leads = topology.leads_host();
-  return shm_run(engine, c, descriptor, [&]() {
-    std::vector<LeaderWorks> in_flight(steps.pieces);
-    auto as_leader = [&](const std::function<void()>& step) {
-      try {
-        step();
-      } catch (const std::exception& e) {
-        abort_all(in_flight);
-        engine.abort_op(leaders_failure(topology, c, e));
-      }
-    };
-    CrossHostCheck check(leads ? leaders : nullptr, c, descriptor);
-    try {
-      for (size_t k = 0; k <= steps.pieces; ++k) {
-        if (k < steps.pieces) {
-          if (steps.inside_before) steps.inside_before(k);
-          if (leads) {
-            as_leader([&]() {
-              if (k == 0) check.verify();
-              in_flight[k] = steps.start_among_leaders(k);
-            });
+  return shm_run(
+      engine, c, descriptor,
+      [&]() {
+        std::vector<LeaderWorks> in_flight(steps.pieces);
+        auto as_leader = [&](const std::function<void()>& step) {
+          try {
+            step();
+          } catch (const std::exception& e) {
+            abort_all(in_flight);
+            engine.abort_op(leaders_failure(topology, c, e));
           }
+        };
+        CrossHostCheck check(leads ? leaders : nullptr, c, descriptor);
+        try {
+          for (size_t k = 0; k <= steps.pieces; ++k) {
+            if (k < steps.pieces) {
+              if (steps.inside_before) steps.inside_before(k);
+              if (leads) {
+                as_leader([&]() {
+                  if (k == 0) check.verify();
+                  in_flight[k] = steps.start_among_leaders(k);
+                });
+              }
+            }
+            if (k == 0) continue;
+            if (leads) {
+              as_leader([&]() {
+                for (auto& work : in_flight[k - 1]) work->wait(c.timeout);
+                in_flight[k - 1].clear();
+              });
+            }
+            if (steps.inside_after) steps.inside_after(k - 1);
+          }
+        } catch (const std::exception& e) {  // a round failed (peer, timeout): stop the leader's transfers too
+          abort_all(in_flight);
+          post_failure(topology, e.what());  // whatever stopped this host: the other hosts may quote it
+          throw;
         }
-        if (k == 0) continue;
-        if (leads) {
-          as_leader([&]() {
-            for (auto& work : in_flight[k - 1]) work->wait(c.timeout);
-            in_flight[k - 1].clear();
-          });
-        }
-        if (steps.inside_after) steps.inside_after(k - 1);
-      }
-    } catch (const std::exception& e) {  // a round failed (peer, timeout): stop the leader's transfers too
-      abort_all(in_flight);
-      post_failure(topology, e.what());  // whatever stopped this host: the other hosts may quote it
-      throw;
-    }
-  }, grace(topology));
+      },
+      grace(topology));
 }
 
 HostLayout::HostLayout(const ShmTopology& topology) {

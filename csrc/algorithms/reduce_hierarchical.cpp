@@ -44,8 +44,9 @@ class ReduceHierarchical final : public HierarchicalAlgorithm {
     auto length = [&](size_t k) { return std::min(piece, r.total - k * piece); };
     at::Tensor sums;  // the leader's sums of two pieces (one being reduced, one on the wire), unless it is the root
     if (leads && !leader_is_root) sums = at::empty({2, static_cast<int64_t>(piece / r.element)}, c.inputs[0].options());
-    auto sum_of = [&](size_t k) { return leader_is_root ? byte_range(c.inputs[0], k * piece, length(k))
-                                                         : byte_range(sums[k % 2], 0, length(k)); };
+    auto sum_of = [&](size_t k) {
+      return leader_is_root ? byte_range(c.inputs[0], k * piece, length(k)) : byte_range(sums[k % 2], 0, length(k));
+    };
 
     PipelinedSteps steps;
     steps.pieces = pieces_of(r.total, piece);
@@ -75,9 +76,9 @@ class ReduceHierarchical final : public HierarchicalAlgorithm {
       if (!root.on_root_host || root.local_root == 0) return;
       shm_pass_chunks(engine, leads ? byte_ptr(sum_of(k)) : nullptr, r.data + k * piece, length(k), 0, root.local_root);
     };
-    return run_pipelined(topology_, c, shm_describe(protocol(), c, r.total, r.total, root.local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, r.total, r.total, root.local_root), leaders_.get(),
+                         steps);
   }
-
 };
 
 }  // namespace

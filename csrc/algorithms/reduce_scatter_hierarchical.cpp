@@ -82,7 +82,8 @@ class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
       std::vector<const void*> slots(local_size);
       for_each_chunk(len, per_round(n), [&](size_t at, size_t part) {
         engine.start_use();
-        for (int j = 0; j < n; ++j) copy_bytes(engine.my_slot() + j * part, block(hosts_.host_order[j]) + offset + at, part);
+        for (int j = 0; j < n; ++j)
+          copy_bytes(engine.my_slot() + j * part, block(hosts_.host_order[j]) + offset + at, part);
         engine.round();
         if (!leads) return;
         for (int j = 0; j < n; ++j) {
@@ -100,8 +101,8 @@ class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
       for (int g = 0; g < hosts; ++g) {
         if (g == me) continue;
         const size_t g_bytes = hosts_.size_of(g) * len;
-        works.push_back(leaders_send(*leaders_, byte_range(sums, hosts_.first_of_host[g] * len, g_bytes), g,
-                                     static_cast<int>(k)));
+        works.push_back(
+            leaders_send(*leaders_, byte_range(sums, hosts_.first_of_host[g] * len, g_bytes), g, static_cast<int>(k)));
         works.push_back(leaders_recv(*leaders_, byte_range(theirs, other_index(g) * host_bytes, host_bytes), g,
                                      static_cast<int>(k)));
       }
@@ -127,7 +128,6 @@ class ReduceScatterHierarchical final : public HierarchicalAlgorithm {
     };
     return run_pipelined(topology_, c, shm_describe(protocol(), c, total * n, total, -1), leaders_.get(), steps);
   }
-
 };
 
 }  // namespace

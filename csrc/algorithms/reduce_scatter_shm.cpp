@@ -43,7 +43,7 @@ class ReduceScatterShm final : public ShmAlgorithm {
     std::vector<const char*> blocks(n);  // the block of this rank's input that rank q keeps
     for (int q = 0; q < n; ++q) {
       blocks[q] = c.type == c10d::OpType::_REDUCE_SCATTER_BASE ? byte_ptr(c.inputs[0]) + q * total
-                                                                : byte_ptr(c.input_lists[0][q]);
+                                                               : byte_ptr(c.input_lists[0][q]);
     }
     return shm_run(engine, c, shm_describe(protocol(), c, total * n, total, -1), [&]() {
       const size_t piece = std::max(element, engine.slot_bytes() / n / 64 * 64 / element * element);

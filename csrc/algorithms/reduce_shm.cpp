@@ -28,7 +28,8 @@ class ReduceShm final : public ShmAlgorithm {
     shm::Engine& engine = *topology_.engine;
     const ShmReduction r = shm_reduction(c);
     const int root = static_cast<int>(c.peer);
-    return shm_run(engine, c, shm_describe(protocol(), c, r.total, r.total, root), [&]() { shm_reduce_chunks(engine, r, root); });
+    return shm_run(engine, c, shm_describe(protocol(), c, r.total, r.total, root),
+                   [&]() { shm_reduce_chunks(engine, r, root); });
   }
 };
 

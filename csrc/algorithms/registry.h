@@ -15,7 +15,7 @@ namespace fastcomm {
 namespace shm {
 class Arena;
 class P2pChannels;
-}
+}  // namespace shm
 
 // The low-precision all_reduce (Collective::wire): on one host through the
 // segment, elsewhere compressed around an ordinary all_reduce. Registered first.
@@ -23,8 +23,8 @@ class P2pChannels;
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm(ShmTopology topology, int64_t async_min_bytes);
 // The same on an arena tensor of at least min_bytes: peers' tensors read and written in place.
 std::unique_ptr<Algorithm> make_allreduce_low_precision_shm_arena(ShmTopology topology,
-                                                                  std::shared_ptr<shm::Arena> arena,
-                                                                  int64_t min_bytes, int64_t async_min_bytes);
+                                                                  std::shared_ptr<shm::Arena> arena, int64_t min_bytes,
+                                                                  int64_t async_min_bytes);
 // The same on an ordinary tensor of at least min_bytes (0: off; single copy's
 // minimum): peers' tensors read and written by cross-memory attach.
 // huge_pages_min_bytes: Config::shm_huge_pages_min_bytes (transport/shm/huge_pages.h).

@@ -16,10 +16,14 @@ namespace {
 
 at::ScalarType carrier_for(at::ScalarType dtype) {
   switch (c10::elementSize(dtype)) {
-    case 1: return at::kByte;
-    case 2: return at::kHalf;
-    case 4: return at::kInt;
-    default: return at::kLong;
+    case 1:
+      return at::kByte;
+    case 2:
+      return at::kHalf;
+    case 4:
+      return at::kInt;
+    default:
+      return at::kLong;
   }
 }
 

@@ -97,9 +97,9 @@ class ScatterHierarchical final : public HierarchicalAlgorithm {
       }
       shm_scatter_chunks(engine, from, byte_ptr(output) + offset, len, element, 0);
     };
-    return run_pipelined(topology_, c, shm_describe(protocol(), c, total * n, total, root.local_root), leaders_.get(), steps);
+    return run_pipelined(topology_, c, shm_describe(protocol(), c, total * n, total, root.local_root), leaders_.get(),
+                         steps);
   }
-
 };
 
 }  // namespace

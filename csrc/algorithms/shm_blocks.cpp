@@ -38,8 +38,7 @@ void shm_broadcast_chunks(shm::Engine& engine, char* data, size_t total, int roo
   } while (offset < total);
 }
 
-void shm_gather_chunks(shm::Engine& engine, const char* data, size_t total, const std::vector<char*>& outputs,
-                       int to) {
+void shm_gather_chunks(shm::Engine& engine, const char* data, size_t total, const std::vector<char*>& outputs, int to) {
   const int n = engine.local_size();
   const bool receives = to == kEveryRank || engine.local_rank() == to;
   size_t offset = 0;

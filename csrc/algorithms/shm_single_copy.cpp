@@ -62,8 +62,8 @@ void access_or_fail(shm::Engine& engine, const SingleCopyTensorRef& peer, int lo
 
 }  // namespace
 
-std::optional<std::vector<SingleCopyTensorRef>> SingleCopyState::exchange(shm::Engine& engine, char* data,
-                                                                          size_t bytes, size_t element) {
+std::optional<std::vector<SingleCopyTensorRef>> SingleCopyState::exchange(shm::Engine& engine, char* data, size_t bytes,
+                                                                          size_t element) {
   const int n = engine.local_size();
   shm::collapse_when_reused(data, bytes, static_cast<size_t>(huge_pages_min_bytes_));  // before peers see it
   engine.start_use();
@@ -91,8 +91,7 @@ std::optional<std::vector<SingleCopyTensorRef>> SingleCopyState::exchange(shm::E
 }
 
 void SingleCopyState::reduce_and_distribute(shm::Engine& engine, const std::vector<SingleCopyTensorRef>& peers,
-                                            char* data, size_t element, int64_t count,
-                                            const SingleCopyReduce& reduce) {
+                                            char* data, size_t element, int64_t count, const SingleCopyReduce& reduce) {
   const int n = engine.local_size(), me = engine.local_rank();
   const int64_t per_piece = std::max<int64_t>(1, static_cast<int64_t>(kSingleCopyPieceBytes / element));
   pieces_.resize(static_cast<size_t>(n) * per_piece * element);

@@ -35,7 +35,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   TORCH_CHECK(transports_.gloo, "fastcomm: the CPU delegate (Gloo) is required");
   TORCH_CHECK(size == 1 || transports_.check, "fastcomm: a group of ", size, " ranks needs its call check (Gloo)");
   TORCH_CHECK(config_.host_of_rank.empty() || static_cast<int>(config_.host_of_rank.size()) == size,
-              "fastcomm: the host plan names the host of ", config_.host_of_rank.size(), " ranks, the group has ", size);
+              "fastcomm: the host plan names the host of ", config_.host_of_rank.size(), " ranks, the group has ",
+              size);
   // Each algorithm's accepts() holds its whole gate (topology included), so
   // the order below only ranks algorithms that are all correct: adapters
   // first (each rewrites into simpler collectives), then fastcomm's own
@@ -86,9 +87,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_alltoall_shm(topology));
     dispatcher_.add(make_barrier_shm(topology));
     if (size > 1) {
-      p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine,
-                                                 static_cast<size_t>(config_.p2p_single_copy_bytes),
-                                                 static_cast<size_t>(config_.shm_huge_pages_min_bytes));
+      p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine, static_cast<size_t>(config_.p2p_single_copy_bytes),
+                                                static_cast<size_t>(config_.shm_huge_pages_min_bytes));
       dispatcher_.add(make_p2p_shm(topology, p2p_));
     }
   }
@@ -107,8 +107,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // Collectives that reach Gloo are compared across the ranks first (call_check.h).
   if (transports_.check) call_check_ = std::make_shared<CallCheck>(transports_.check);
   if (call_check_) {
-    dispatcher_.add(make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes, transports_.gloo,
-                                                 call_check_));
+    dispatcher_.add(
+        make_allreduce_via_allgather(size, config_.allreduce_allgather_max_bytes, transports_.gloo, call_check_));
   }
   dispatcher_.add(make_delegated("gloo_fallback", c10::DeviceType::CPU, transports_.gloo, call_check_));
   if (transports_.nccl) dispatcher_.add(make_delegated("nccl", c10::DeviceType::CUDA, transports_.nccl, nullptr));
@@ -154,10 +154,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
   FC_CHECK(!closed_.load(std::memory_order_acquire), c.name, "this group was ", closed_how_,
            " on this rank (a handle used after destroy_process_group?); make a new group");
   c.device = device_of(c);
-  FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name,
-           "tensors on ", c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
-  FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name, "CUDA tensors need NCCL: ",
-           config_.cuda_unavailable_reason);
+  FC_CHECK(c.device == c10::DeviceType::CPU || c.device == c10::DeviceType::CUDA, c.name, "tensors on ",
+           c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
+  FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name,
+           "CUDA tensors need NCCL: ", config_.cuda_unavailable_reason);
   try {
     validate(c, rank_, size_);
   } catch (...) {
@@ -198,8 +198,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_low_precision(con
   return run(std::move(c), c10d::kUnsetTimeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                         const c10d::AllreduceCoalescedOptions& opts) {
   auto c = make(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced");
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;

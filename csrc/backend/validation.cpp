@@ -33,8 +33,8 @@ void check_root(const char* op, int64_t root, int world_size) {
 }
 
 // Lists of world_size tensors that must each match `reference` in dtype and numel.
-void check_peer_list(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& reference,
-                     int world_size, const char* what) {
+void check_peer_list(const char* op, const std::vector<at::Tensor>& list, const at::Tensor& reference, int world_size,
+                     const char* what) {
   check_count(op, c10::str(what, " tensors (one per rank)").c_str(), list.size(), world_size);
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string label = c10::str(what, "[", i, "]");
@@ -150,8 +150,8 @@ void check_shapes(const Collective& c, int rank, int n) {
         check_count(op, "output list on the root", c.output_lists.size(), 1);
         check_peer_list(op, c.output_lists[0], c.inputs[0], n, "gather_list");
       } else {
-        FC_CHECK(c.output_lists.empty() || c.output_lists[0].empty(), op,
-                 "only the root (rank ", c.peer, ") may pass a gather_list; rank ", rank, " passed one");
+        FC_CHECK(c.output_lists.empty() || c.output_lists[0].empty(), op, "only the root (rank ", c.peer,
+                 ") may pass a gather_list; rank ", rank, " passed one");
       }
       break;
     case OpType::SCATTER:
@@ -161,8 +161,8 @@ void check_shapes(const Collective& c, int rank, int n) {
         check_count(op, "input list on the root", c.input_lists.size(), 1);
         check_peer_list(op, c.input_lists[0], c.outputs[0], n, "scatter_list");
       } else {
-        FC_CHECK(c.input_lists.empty() || c.input_lists[0].empty(), op,
-                 "only the root (rank ", c.peer, ") may pass a scatter_list; rank ", rank, " passed one");
+        FC_CHECK(c.input_lists.empty() || c.input_lists[0].empty(), op, "only the root (rank ", c.peer,
+                 ") may pass a scatter_list; rank ", rank, " passed one");
       }
       break;
     case OpType::REDUCE_SCATTER:
@@ -214,14 +214,17 @@ void check_wire(const Collective& c) {
   const LowPrecisionWire& wire = *c.wire;
   const char* op = c.name;
   FC_CHECK(c.type == OpType::ALLREDUCE && c.reduce_op == ReduceOp::SUM, op, "sums only");
-  FC_CHECK(c.device == c10::DeviceType::CPU, op, "takes CPU tensors only (CUDA buckets: the hooks' compress "
-           "kernels around an NCCL all_reduce), got a tensor on ", c10::DeviceTypeName(c.device));
+  FC_CHECK(c.device == c10::DeviceType::CPU, op,
+           "takes CPU tensors only (CUDA buckets: the hooks' compress "
+           "kernels around an NCCL all_reduce), got a tensor on ",
+           c10::DeviceTypeName(c.device));
   const at::Tensor& t = c.inputs[0];
-  FC_CHECK(is_low_precision_source_dtype(t.scalar_type()), op, "the tensor must be float32, float64, float16 or "
-           "bfloat16, got ", t.scalar_type());
+  FC_CHECK(is_low_precision_source_dtype(t.scalar_type()), op,
+           "the tensor must be float32, float64, float16 or "
+           "bfloat16, got ",
+           t.scalar_type());
   FC_CHECK(t.is_contiguous(), op, "the tensor must be contiguous (shape ", t.sizes(), ", strides ", t.strides(), ")");
-  FC_CHECK(is_low_precision_wire_dtype(wire.dtype), op, "the wire dtype must be float16 or bfloat16, got ",
-           wire.dtype);
+  FC_CHECK(is_low_precision_wire_dtype(wire.dtype), op, "the wire dtype must be float16 or bfloat16, got ", wire.dtype);
   FC_CHECK(std::isfinite(wire.scale), op, "scale must be finite, got ", wire.scale);
   FC_CHECK(wire.limit > 0, op, "limit must be positive (inf: clamp nothing), got ", wire.limit);
   if (wire.clamped.defined()) {
@@ -233,12 +236,12 @@ void check_wire(const Collective& c) {
 
 }  // namespace
 
-void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits,
-                       const at::Tensor& t, int world_size) {
+void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits, const at::Tensor& t,
+                       int world_size) {
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   if (splits.empty()) {
-    FC_CHECK(rows % world_size == 0, op_name, which, " tensor dim 0 (", rows,
-             ") must be divisible by the group size ", world_size, " when no split sizes are given");
+    FC_CHECK(rows % world_size == 0, op_name, which, " tensor dim 0 (", rows, ") must be divisible by the group size ",
+             world_size, " when no split sizes are given");
     return;
   }
   FC_CHECK(static_cast<int64_t>(splits.size()) == world_size, op_name, which, "_split_sizes has ", splits.size(),

@@ -16,7 +16,7 @@ void validate(const Collective& c, int rank, int world_size);
 // Throws unless the all_to_all_single split sizes are valid for `t`: empty
 // (even split: dim 0 divisible by world_size) or world_size non-negative row
 // counts that add up to dim 0. `which` is "input" or "output".
-void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits,
-                       const at::Tensor& t, int world_size);
+void check_split_sizes(const char* op_name, const char* which, const std::vector<int64_t>& splits, const at::Tensor& t,
+                       int world_size);
 
 }  // namespace fastcomm

@@ -6,14 +6,8 @@
 
 namespace fastcomm {
 
-FastcommWork::FastcommWork(
-    int rank,
-    c10d::OpType type,
-    const char* op_name,
-    uint64_t sequence_number,
-    std::chrono::milliseconds timeout,
-    Launched launched,
-    std::vector<at::Tensor> results)
+FastcommWork::FastcommWork(int rank, c10d::OpType type, const char* op_name, uint64_t sequence_number,
+                           std::chrono::milliseconds timeout, Launched launched, std::vector<at::Tensor> results)
     : c10d::Work(rank, type),
       op_name_(op_name),
       sequence_number_(sequence_number),

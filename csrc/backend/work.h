@@ -28,14 +28,8 @@ namespace fastcomm {
 
 class FastcommWork final : public c10d::Work {
  public:
-  FastcommWork(
-      int rank,
-      c10d::OpType type,
-      const char* op_name,
-      uint64_t sequence_number,
-      std::chrono::milliseconds timeout,
-      Launched launched,
-      std::vector<at::Tensor> results);
+  FastcommWork(int rank, c10d::OpType type, const char* op_name, uint64_t sequence_number,
+               std::chrono::milliseconds timeout, Launched launched, std::vector<at::Tensor> results);
 
   bool isCompleted() override;
   bool isSuccess() const override;

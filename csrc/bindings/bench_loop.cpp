@@ -27,9 +27,9 @@ using c10d::OpType;
 // The OpTypes the loop can issue (one tensor in, one out; roots are rank 0).
 // SEND stands for nccl-tests' sendrecv: send `input` to rank + 1 and receive
 // `output` from rank - 1, both waited.
-constexpr OpType kLoopable[] = {OpType::ALLREDUCE,     OpType::BROADCAST, OpType::REDUCE,
-                                OpType::_ALLGATHER_BASE, OpType::_REDUCE_SCATTER_BASE, OpType::ALLTOALL_BASE,
-                                OpType::SEND,          OpType::BARRIER};
+constexpr OpType kLoopable[] = {
+    OpType::ALLREDUCE,     OpType::BROADCAST, OpType::REDUCE, OpType::_ALLGATHER_BASE, OpType::_REDUCE_SCATTER_BASE,
+    OpType::ALLTOALL_BASE, OpType::SEND,      OpType::BARRIER};
 
 OpType parse_op(const std::string& name) {
   std::string known;

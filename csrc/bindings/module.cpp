@@ -95,7 +95,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   using fastcomm::ProcessGroupFastcomm;
   py::class_<ProcessGroupFastcomm, c10d::Backend, NoGilDestructorHolder<ProcessGroupFastcomm>>(m,
-                                                                                          "ProcessGroupFastcomm")
+                                                                                               "ProcessGroupFastcomm")
       .def(py::init([](int rank, int size, std::chrono::milliseconds timeout, Config config,
                        c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> check,
                        c10::intrusive_ptr<c10d::Backend> nccl, std::shared_ptr<fastcomm::shm::Engine> engine,
@@ -106,16 +106,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                  rank, size, timeout, std::move(config), std::move(transports)));
            }),
            py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"), py::arg("gloo"),
-           py::arg("check") = py::none(), py::arg("nccl") = py::none(), py::arg("engine") = py::none(), py::arg("leaders") = py::none(),
-           py::arg("failures") = py::none(),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("check") = py::none(), py::arg("nccl") = py::none(), py::arg("engine") = py::none(),
+           py::arg("leaders") = py::none(), py::arg("failures") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("config", &ProcessGroupFastcomm::config, "The configuration this group was made with.")
       .def_property_readonly("shm_engine", &ProcessGroupFastcomm::shm_engine,
                              "This rank's shared-memory engine (None when the group does not use one).")
-      .def("algorithm_names", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().names(); },
-           "Registered algorithms, in the order they are asked.")
-      .def("algorithm_counts", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().counts(); },
-           "How many times each algorithm was launched (rewrites count their sub-collectives too).")
+      .def(
+          "algorithm_names", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().names(); },
+          "Registered algorithms, in the order they are asked.")
+      .def(
+          "algorithm_counts", [](const ProcessGroupFastcomm& pg) { return pg.dispatcher().counts(); },
+          "How many times each algorithm was launched (rewrites count their sub-collectives too).")
       .def(
           "p2p_stats",
           [](const ProcessGroupFastcomm& pg) -> py::object {
@@ -178,8 +179,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             return std::make_shared<Engine>(Segment::create(local_size, slot_bytes), 0, std::move(group_ranks), spin,
                                             check_pids);
           },
-          py::arg("local_size"), py::arg("slot_bytes"), py::arg("group_ranks"), py::arg("spin"),
-          py::arg("check_pids"), "Creates the segment (mode 0600, random name) as local rank 0.")
+          py::arg("local_size"), py::arg("slot_bytes"), py::arg("group_ranks"), py::arg("spin"), py::arg("check_pids"),
+          "Creates the segment (mode 0600, random name) as local rank 0.")
       .def_static(
           "attach",
           [](const std::string& name, uint64_t nonce, int local_rank, size_t slot_bytes, std::vector<int> group_ranks,
@@ -230,7 +231,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "pipeline_pieces",
       [](size_t max_piece, size_t element, size_t block_bytes, int blocks) {
-        return fastcomm::pieces_of(block_bytes, fastcomm::pipeline_piece_bytes(max_piece, element, block_bytes, blocks));
+        return fastcomm::pieces_of(block_bytes,
+                                   fastcomm::pipeline_piece_bytes(max_piece, element, block_bytes, blocks));
       },
       py::arg("max_piece"), py::arg("element"), py::arg("block_bytes"), py::arg("blocks"),
       "How many pieces a pipelined hierarchical collective cuts each block of `block_bytes` into "
@@ -252,8 +254,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& op) {
         using fastcomm::ReduceKind;
         static const std::map<std::string, ReduceKind> kinds{
-            {"sum", ReduceKind::Sum},     {"product", ReduceKind::Product}, {"min", ReduceKind::Min},
-            {"max", ReduceKind::Max},     {"band", ReduceKind::BitAnd},     {"bor", ReduceKind::BitOr},
+            {"sum", ReduceKind::Sum},    {"product", ReduceKind::Product}, {"min", ReduceKind::Min},
+            {"max", ReduceKind::Max},    {"band", ReduceKind::BitAnd},     {"bor", ReduceKind::BitOr},
             {"bxor", ReduceKind::BitXor}};
         auto kind = kinds.find(op);
         TORCH_CHECK(kind != kinds.end(), "fastcomm reduce_buffers: unknown op '", op, "'");
@@ -265,16 +267,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       "fastcomm reduce_buffers: sources must be contiguous CPU tensors shaped and typed like out");
           pointers.push_back(t.data_ptr());
         }
-        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "fastcomm reduce_buffers: out must be contiguous CPU");
+        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(),
+                    "fastcomm reduce_buffers: out must be contiguous CPU");
         fastcomm::kernels::reduce(out.scalar_type(), kind->second, pointers.data(), static_cast<int>(pointers.size()),
                                   out.data_ptr(), out.numel());
       },
       py::arg("sources"), py::arg("out"), py::arg("op"),
-      "out = sources[0] op sources[1] op ... in that order, with the CPU reduction kernels at the active level (tests).");
+      "out = sources[0] op sources[1] op ... in that order, with the CPU reduction kernels at the active level "
+      "(tests).");
   m.def(
       "low_precision_sum",
-      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& wire, double scale,
-         double limit) {
+      [](const std::vector<at::Tensor>& sources, at::Tensor out, const std::string& wire, double scale, double limit) {
         TORCH_CHECK(wire == "float16" || wire == "bfloat16",
                     "fastcomm low_precision_sum: wire must be 'float16' or 'bfloat16', got '", wire, "'");
         TORCH_CHECK(!sources.empty(), "fastcomm low_precision_sum: no sources");
@@ -285,11 +288,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       "fastcomm low_precision_sum: sources must be contiguous CPU tensors shaped and typed like out");
           pointers.push_back(t.data_ptr());
         }
-        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "fastcomm low_precision_sum: out must be contiguous CPU");
+        TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(),
+                    "fastcomm low_precision_sum: out must be contiguous CPU");
         std::vector<int64_t> clamped(sources.size(), 0);
-        fastcomm::compress::low_precision_sum_cpu(pointers.data(), static_cast<int>(pointers.size()),
-                                                  out.scalar_type(), wire == "float16" ? at::kHalf : at::kBFloat16,
-                                                  scale, limit, out.data_ptr(), out.numel(), clamped.data());
+        fastcomm::compress::low_precision_sum_cpu(pointers.data(), static_cast<int>(pointers.size()), out.scalar_type(),
+                                                  wire == "float16" ? at::kHalf : at::kBFloat16, scale, limit,
+                                                  out.data_ptr(), out.numel(), clamped.data());
         return clamped;
       },
       py::arg("sources"), py::arg("out"), py::arg("wire"), py::arg("scale"), py::arg("limit"),

@@ -44,14 +44,22 @@ bool is_move_only_dtype(c10::ScalarType dtype) {
 
 std::optional<ReduceKind> elementwise_kind(const ReduceOp& op) {
   switch (op.op_) {
-    case ReduceOp::SUM: return ReduceKind::Sum;
-    case ReduceOp::PRODUCT: return ReduceKind::Product;
-    case ReduceOp::MIN: return ReduceKind::Min;
-    case ReduceOp::MAX: return ReduceKind::Max;
-    case ReduceOp::BAND: return ReduceKind::BitAnd;
-    case ReduceOp::BOR: return ReduceKind::BitOr;
-    case ReduceOp::BXOR: return ReduceKind::BitXor;
-    default: return std::nullopt;
+    case ReduceOp::SUM:
+      return ReduceKind::Sum;
+    case ReduceOp::PRODUCT:
+      return ReduceKind::Product;
+    case ReduceOp::MIN:
+      return ReduceKind::Min;
+    case ReduceOp::MAX:
+      return ReduceKind::Max;
+    case ReduceOp::BAND:
+      return ReduceKind::BitAnd;
+    case ReduceOp::BOR:
+      return ReduceKind::BitOr;
+    case ReduceOp::BXOR:
+      return ReduceKind::BitXor;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -37,8 +37,7 @@ void check_clamped_counter(const std::optional<at::Tensor>& clamped, c10::Device
   if (!given(clamped)) return;
   FC_CHECK(clamped->scalar_type() == at::kLong && clamped->numel() == 1, op,
            "the clamped counter must be one int64 element, got ", clamped->scalar_type(), " of ", clamped->numel());
-  FC_CHECK(clamped->device() == device, op, "the clamped counter is on ", clamped->device(), ", the data on ",
-           device);
+  FC_CHECK(clamped->device() == device, op, "the clamped counter is on ", clamped->device(), ", the data on ", device);
 }
 
 int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t row_elements, const at::Tensor& out,
@@ -79,8 +78,7 @@ std::vector<at::Tensor> checked_pack_sources(at::TensorList srcs, const at::Tens
   std::vector<at::Tensor> contiguous;
   int64_t total = 0;
   for (size_t i = 0; i < srcs.size(); ++i) {
-    FC_CHECK(srcs[i].device() == dst.device(), op, "srcs[", i, "] is on ", srcs[i].device(), ", dst on ",
-             dst.device());
+    FC_CHECK(srcs[i].device() == dst.device(), op, "srcs[", i, "] is on ", srcs[i].device(), ", dst on ", dst.device());
     contiguous.push_back(srcs[i].contiguous());
     check_gradient(contiguous.back(), op, "each source");
     total += srcs[i].numel();
@@ -93,8 +91,7 @@ void check_unpack_destinations(const at::Tensor& src, at::TensorList dsts, const
   check_gradient(src, op, "src");
   int64_t total = 0;
   for (size_t i = 0; i < dsts.size(); ++i) {
-    FC_CHECK(dsts[i].device() == src.device(), op, "dsts[", i, "] is on ", dsts[i].device(), ", src on ",
-             src.device());
+    FC_CHECK(dsts[i].device() == src.device(), op, "dsts[", i, "] is on ", dsts[i].device(), ", src on ", src.device());
     check_gradient(dsts[i], op, "each destination");
     total += dsts[i].numel();
     FC_CHECK(total <= src.numel(), op, "the destinations hold more than src's ", src.numel(), " elements");

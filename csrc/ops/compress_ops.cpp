@@ -55,8 +55,8 @@ void multi_tensor_unpack_cpu(const at::Tensor& src, at::TensorList dsts, double 
   std::vector<ScaledCopy> pieces;
   int64_t offset = 0;
   for (const at::Tensor& d : dsts) {
-    pieces.push_back({static_cast<const char*>(src.const_data_ptr()) + offset * src.element_size(),
-                      src.scalar_type(), d.data_ptr(), d.scalar_type(), d.numel()});
+    pieces.push_back({static_cast<const char*>(src.const_data_ptr()) + offset * src.element_size(), src.scalar_type(),
+                      d.data_ptr(), d.scalar_type(), d.numel()});
     offset += d.numel();
   }
   scaled_copy_cpu(pieces, scale, std::numeric_limits<double>::infinity());
@@ -99,8 +99,7 @@ void topk_sum_cpu_op(const at::Tensor& gathered, const at::Tensor& out, double s
   constexpr const char* op = "compress_topk_sum";
   check_gradient(out, op, "out");
   const auto [ranks, k] = check_topk_gathered(gathered, out, op);
-  topk_sum_cpu(gathered.const_data_ptr<int32_t>(), ranks, k, out.numel(), scale, out.data_ptr(), out.scalar_type(),
-               op);
+  topk_sum_cpu(gathered.const_data_ptr<int32_t>(), ranks, k, out.numel(), scale, out.data_ptr(), out.scalar_type(), op);
 }
 
 at::Tensor sign_cpu_op(const at::Tensor& src, const std::optional<at::Tensor>& error) {
@@ -127,14 +126,14 @@ void check_powersgd(const at::Tensor& m, const at::Tensor& p, const at::Tensor& 
              "matrices must be contiguous 2-D float32, got ", t->scalar_type(), " ", t->sizes());
     FC_CHECK(t->device() == m.device(), op, "all matrices must be on ", m.device(), ", one is on ", t->device());
   }
-  FC_CHECK(p.size(0) == m.size(0) && q.size(0) == m.size(1) && p.size(1) == q.size(1), op,
-           "shapes do not match: m ", m.sizes(), ", p ", p.sizes(), ", q ", q.sizes());
+  FC_CHECK(p.size(0) == m.size(0) && q.size(0) == m.size(1) && p.size(1) == q.size(1), op, "shapes do not match: m ",
+           m.sizes(), ", p ", p.sizes(), ", q ", q.sizes());
 }
 
 void powersgd_project_cpu_op(const at::Tensor& m, const at::Tensor& q, const at::Tensor& p) {
   check_powersgd(m, p, q, "compress_powersgd_project");
-  powersgd_project_cpu(m.const_data_ptr<float>(), q.const_data_ptr<float>(), p.data_ptr<float>(), m.size(0),
-                       m.size(1), q.size(1));
+  powersgd_project_cpu(m.const_data_ptr<float>(), q.const_data_ptr<float>(), p.data_ptr<float>(), m.size(0), m.size(1),
+                       q.size(1));
 }
 
 void powersgd_back_cpu_op(const at::Tensor& m, const at::Tensor& p, const at::Tensor& q) {

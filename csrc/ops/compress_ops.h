@@ -23,8 +23,8 @@ void check_clamped_counter(const std::optional<at::Tensor>& clamped, c10::Device
 
 // gathered: a contiguous 2-D [ranks, row_elements] tensor of dtype on out's
 // device, ranks >= 1. Returns ranks.
-int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t row_elements,
-                       const at::Tensor& out, const char* op);
+int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t row_elements, const at::Tensor& out,
+                       const char* op);
 
 void check_int8_block(int64_t block, const char* op);
 

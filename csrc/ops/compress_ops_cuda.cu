@@ -33,8 +33,7 @@ unsigned blocks_for(int64_t n) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, op, __VA_ARGS__)
 
 void launch_scaled_copy(const at::Tensor& src, int64_t src_offset, const at::Tensor& dst, int64_t dst_offset,
-                        int64_t count, double scale, double limit, unsigned long long* clamped,
-                        cudaStream_t stream) {
+                        int64_t count, double scale, double limit, unsigned long long* clamped, cudaStream_t stream) {
   if (count == 0) return;
   FASTCOMM_DISPATCH_GRAD_TYPES(src.scalar_type(), "compress_multi_tensor_pack", [&] {
     using Src = scalar_t;
@@ -53,8 +52,7 @@ void launch_scaled_copy(const at::Tensor& src, int64_t src_offset, const at::Ten
 // tensors are not (a multi_tensor_apply-style launch would be the next step).
 void multi_tensor_pack_cuda(at::TensorList srcs, const at::Tensor& dst, double scale, double limit,
                             const std::optional<at::Tensor>& clamped) {
-  const std::vector<at::Tensor> sources =
-      checked_pack_sources(srcs, dst, limit, clamped, "compress_multi_tensor_pack");
+  const std::vector<at::Tensor> sources = checked_pack_sources(srcs, dst, limit, clamped, "compress_multi_tensor_pack");
   c10::cuda::CUDAGuard guard(dst.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   auto* counter = clamped.has_value() && clamped->defined()
@@ -134,8 +132,8 @@ at::Tensor topk_cuda(const at::Tensor& src, const std::optional<at::Tensor>& err
     error->add_(x);
     x = *error;
   }
-  const at::Tensor mags = at::where(x.isnan(), at::full({}, std::numeric_limits<float>::infinity(), x.options()),
-                                    x.abs());
+  const at::Tensor mags =
+      at::where(x.isnan(), at::full({}, std::numeric_limits<float>::infinity(), x.options()), x.abs());
   const at::Tensor threshold = std::get<0>(at::topk(mags, k, 0, true, false)).min();
   const at::Tensor above = mags.gt(threshold);
   const at::Tensor equal = mags.eq(threshold);
@@ -199,9 +197,9 @@ void sign_sum_cuda(const at::Tensor& gathered, const at::Tensor& out, double sca
   if (out.numel() == 0) return;
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   FASTCOMM_DISPATCH_GRAD_TYPES(out.scalar_type(), op, [&] {
-    sign_sum_kernel<scalar_t><<<blocks_for(out.numel()), kThreads, 0, stream>>>(
-        gathered.const_data_ptr<uint8_t>(), ranks, out.numel(), bytes, static_cast<float>(scale),
-        out.data_ptr<scalar_t>());
+    sign_sum_kernel<scalar_t>
+        <<<blocks_for(out.numel()), kThreads, 0, stream>>>(gathered.const_data_ptr<uint8_t>(), ranks, out.numel(),
+                                                           bytes, static_cast<float>(scale), out.data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -60,8 +60,7 @@ at::ScalarType stats_dtype_for(at::ScalarType dtype) {
 
 void check_vector(const at::Tensor& t, int64_t numel, c10::Device device, at::ScalarType dtype, const char* op,
                   const char* name) {
-  FC_CHECK(t.dim() == 1 && t.numel() == numel, op, name, " should contain ", numel, " elements, got shape ",
-           t.sizes());
+  FC_CHECK(t.dim() == 1 && t.numel() == numel, op, name, " should contain ", numel, " elements, got shape ", t.sizes());
   FC_CHECK(t.device() == device, op, name, " is on ", t.device(), ", expected ", device);
   FC_CHECK(dtype == at::ScalarType::Undefined || t.scalar_type() == dtype, op, name, " should be ", dtype, ", got ",
            t.scalar_type());

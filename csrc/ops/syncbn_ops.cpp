@@ -108,8 +108,8 @@ at::Tensor grad_sums_cpu_op(const at::Tensor& grad_output, const at::Tensor& inp
 }
 
 at::Tensor grad_input_cpu_op(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
-                             const at::Tensor& invstd, const std::optional<at::Tensor>& weight,
-                             const at::Tensor& sums, const at::Tensor& packed) {
+                             const at::Tensor& invstd, const std::optional<at::Tensor>& weight, const at::Tensor& sums,
+                             const at::Tensor& packed) {
   constexpr const char* op = "syncbn_grad_input";
   const LaidOut in = lay_out(input, op);
   const at::Tensor dy = in_layout_of(grad_output, in, op);
@@ -134,8 +134,8 @@ at::Tensor grad_input_cpu_op(const at::Tensor& grad_output, const at::Tensor& in
       c[ch] = static_cast<Acc>(k.c);
     }
     grad_input_cpu<scalar_t, Acc>(dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(),
-                                  grad_input.data_ptr<scalar_t>(), in.layout, mean_c.const_data_ptr<Acc>(),
-                                  a.data(), b.data(), c.data());
+                                  grad_input.data_ptr<scalar_t>(), in.layout, mean_c.const_data_ptr<Acc>(), a.data(),
+                                  b.data(), c.data());
   });
   return grad_input;
 }

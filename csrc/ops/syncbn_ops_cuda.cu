@@ -54,9 +54,8 @@ at::Tensor local_stats_cuda(const at::Tensor& input) {
       const unsigned grid = static_cast<unsigned>((in.layout.channels + kRowTileChannels - 1) / kRowTileChannels);
       welford_rows_kernel<scalar_t><<<grid, block, 0, stream>>>(x, in.layout, packed.data_ptr<double>());
     } else {
-      welford_planes_kernel<scalar_t>
-          <<<static_cast<unsigned>(in.layout.channels), kPlaneThreads, 0, stream>>>(x, in.layout,
-                                                                                   packed.data_ptr<double>());
+      welford_planes_kernel<scalar_t><<<static_cast<unsigned>(in.layout.channels), kPlaneThreads, 0, stream>>>(
+          x, in.layout, packed.data_ptr<double>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -174,8 +173,8 @@ at::Tensor grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
         channels, coefficients.data_ptr<Acc>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     grad_input_kernel<scalar_t><<<elementwise_blocks(grad_input.numel()), kElementwiseThreads, 0, stream>>>(
-        dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(),
-        in.layout, m.const_data_ptr<Acc>(), coefficients.const_data_ptr<Acc>());
+        dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(), in.layout,
+        m.const_data_ptr<Acc>(), coefficients.const_data_ptr<Acc>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return grad_input;

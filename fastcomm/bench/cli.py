@@ -7,6 +7,7 @@ Flags follow nccl-tests (same names, defaults and K/M/G size suffixes), plus
 checked before any process starts: a bad one exits 2 with one line on stderr.
 A wrong result exits 1. Under torchrun the launcher's ranks are used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,18 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--iters", default="20", help="timed iterations (default 20)")
     p.add_argument("-w", "--warmup_iters", default="1", help="untimed warm-up iterations (default 1)")
     p.add_argument("-c", "--check", default="1", help="iterations whose results are checked (default 1; 0: none)")
-    p.add_argument("-d", "--datatype", default="float", help="float, half, bfloat16, double, int8, uint8, int32, int64 or all")
-    p.add_argument("-o", "--op", default=None, help="sum, prod, min, max, avg or all (default sum; reducing collectives only)")
+    p.add_argument(
+        "-d", "--datatype", default="float", help="float, half, bfloat16, double, int8, uint8, int32, int64 or all"
+    )
+    p.add_argument(
+        "-o", "--op", default=None, help="sum, prod, min, max, avg or all (default sum; reducing collectives only)"
+    )
     p.add_argument("-r", "--root", default="0", help="root rank of rooted collectives (default 0)")
     p.add_argument("-a", "--average", default="1", help="time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)")
     p.add_argument("-z", "--blocking", default="0", help="1: wait after every call (default 0)")
     p.add_argument("--backend", default="fastcomm", help="fastcomm (default), gloo, nccl or mpi")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda for nccl, else cpu)")
-    p.add_argument("--nproc", default=None,
-                   help="local ranks to spawn (default 2 on CPU, one per GPU on CUDA; ignored under torchrun)")
+    p.add_argument(
+        "--nproc",
+        default=None,
+        help="local ranks to spawn (default 2 on CPU, one per GPU on CUDA; ignored under torchrun)",
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="write every row and the summary as JSON")
-    p.add_argument("--compare", default=None, metavar="BACKEND", help="also run BACKEND in the same ranks; print ratios")
-    p.add_argument("--plot", default=None, metavar="PATH.png", help="busbw against size, one line per backend (needs matplotlib)")
+    p.add_argument(
+        "--compare", default=None, metavar="BACKEND", help="also run BACKEND in the same ranks; print ratios"
+    )
+    p.add_argument(
+        "--plot", default=None, metavar="PATH.png", help="busbw against size, one line per backend (needs matplotlib)"
+    )
     return p
 
 
@@ -194,13 +206,25 @@ def parse_args(argv: list[str] | None = None, environ=os.environ) -> Options:
     return Options(
         collective=a.collective,
         sizes=tuple(sizes(minbytes, maxbytes, stepfactor, stepbytes)),
-        minbytes=minbytes, maxbytes=maxbytes, stepfactor=stepfactor, stepbytes=stepbytes,
-        dtypes=dtypes, ops=ops, root=root,
-        iters=_int("-n/--iters", a.iters, 1), warmup=_int("-w/--warmup_iters", a.warmup_iters, 0),
-        check=_int("-c/--check", a.check, 0), average=_int("-a/--average", a.average, 0, 3),
+        minbytes=minbytes,
+        maxbytes=maxbytes,
+        stepfactor=stepfactor,
+        stepbytes=stepbytes,
+        dtypes=dtypes,
+        ops=ops,
+        root=root,
+        iters=_int("-n/--iters", a.iters, 1),
+        warmup=_int("-w/--warmup_iters", a.warmup_iters, 0),
+        check=_int("-c/--check", a.check, 0),
+        average=_int("-a/--average", a.average, 0, 3),
         blocking=bool(_int("-z/--blocking", a.blocking, 0, 1)),
-        backend=a.backend, device=device, nproc=nproc, under_torchrun=under_torchrun,
-        json=a.json, compare=a.compare, plot=a.plot,
+        backend=a.backend,
+        device=device,
+        nproc=nproc,
+        under_torchrun=under_torchrun,
+        json=a.json,
+        compare=a.compare,
+        plot=a.plot,
     )
 
 
@@ -241,8 +265,19 @@ def run_rank(rank: int, opts: Options, store=None) -> int:
         groups[opts.compare] = dist.new_group(backend=opts.compare)
     who = [None] * opts.nproc
     dist.all_gather_object(who, (os.getpid(), socket.gethostname(), opts.device), group=control)
-    cfg = SweepConfig(opts.collective, opts.sizes, opts.dtypes, opts.ops, opts.root, opts.iters, opts.warmup,
-                      opts.check, opts.average, opts.blocking, opts.device)
+    cfg = SweepConfig(
+        opts.collective,
+        opts.sizes,
+        opts.dtypes,
+        opts.ops,
+        opts.root,
+        opts.iters,
+        opts.warmup,
+        opts.check,
+        opts.average,
+        opts.blocking,
+        opts.device,
+    )
     rows = sweep(cfg, groups, control, on_row=Progress() if rank == 0 else None)
     status = exit_status(rows)
     if rank == 0:
@@ -253,9 +288,18 @@ def run_rank(rank: int, opts: Options, store=None) -> int:
         if opts.compare:
             print(output.compare_table(list(groups), rows), flush=True)
         if opts.json:
-            meta = {"collective": opts.collective, "backend": opts.backend, "compare": opts.compare,
-                    "device": opts.device, "nproc": opts.nproc, "iters": opts.iters, "warmup": opts.warmup,
-                    "check": opts.check, "average": opts.average, "blocking": opts.blocking}
+            meta = {
+                "collective": opts.collective,
+                "backend": opts.backend,
+                "compare": opts.compare,
+                "device": opts.device,
+                "nproc": opts.nproc,
+                "iters": opts.iters,
+                "warmup": opts.warmup,
+                "check": opts.check,
+                "average": opts.average,
+                "blocking": opts.blocking,
+            }
             with open(opts.json, "w") as f:
                 f.write(output.to_json(meta, rows))
         if opts.plot:

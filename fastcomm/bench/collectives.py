@@ -8,6 +8,7 @@ Inputs are small integers chosen per (rank, element) so the exact result is
 known in every dtype and any reduction order: sums stay below 5 * nranks,
 products below 4 (one rank contributes a 2 or 3 per element, the others 1).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -274,7 +275,10 @@ def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
         if n == 1:
             recv.copy_(send)
             return []
-        ops = [dist.P2POp(dist.isend, send, group=g, group_peer=nxt), dist.P2POp(dist.irecv, recv, group=g, group_peer=prv)]
+        ops = [
+            dist.P2POp(dist.isend, send, group=g, group_peer=nxt),
+            dist.P2POp(dist.irecv, recv, group=g, group_peer=prv),
+        ]
         works = dist.batch_isend_irecv(ops)
         if a:
             return works
@@ -282,8 +286,9 @@ def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
             w.wait()
         return []
 
-    return Buffers(run=run, refill=recv.zero_, wrong=lambda: count_wrong(recv, expected, "sum"), result=recv,
-                   send=send, recv=recv)
+    return Buffers(
+        run=run, refill=recv.zero_, wrong=lambda: count_wrong(recv, expected, "sum"), result=recv, send=send, recv=recv
+    )
 
 
 def _options(kind, op: str | None = None, root: int | None = None):
@@ -302,7 +307,8 @@ _BACKEND_CALLS = {
     "REDUCE": lambda b, buf, op, root: b.reduce([buf.send], _options(dist.ReduceOptions, op, root)),
     "_ALLGATHER_BASE": lambda b, buf, op, root: b._allgather_base(buf.recv, buf.send),
     "_REDUCE_SCATTER_BASE": lambda b, buf, op, root: b._reduce_scatter_base(
-        buf.recv, buf.send, _options(dist.ReduceScatterOptions, op)),
+        buf.recv, buf.send, _options(dist.ReduceScatterOptions, op)
+    ),
     "ALLTOALL_BASE": lambda b, buf, op, root: b.alltoall_base(buf.recv, buf.send, [], []),
     "SEND": lambda b, buf, op, root: _Exchange(b, buf),
 }
@@ -320,19 +326,48 @@ class _Exchange:
             work.wait()
         return True
 
+
 COLLECTIVES = {
     c.name: c
     for c in [
-        CollectiveSpec("all_reduce", True, False, False, True, lambda n: 2 * (n - 1) / n, _all_reduce,
-                       c10d_op="ALLREDUCE"),
-        CollectiveSpec("all_gather", False, False, True, True, lambda n: (n - 1) / n, _all_gather, split=True,
-                       c10d_op="_ALLGATHER_BASE"),
-        CollectiveSpec("reduce_scatter", True, False, True, True, lambda n: (n - 1) / n, _reduce_scatter, split=True,
-                       c10d_op="_REDUCE_SCATTER_BASE"),
+        CollectiveSpec(
+            "all_reduce", True, False, False, True, lambda n: 2 * (n - 1) / n, _all_reduce, c10d_op="ALLREDUCE"
+        ),
+        CollectiveSpec(
+            "all_gather",
+            False,
+            False,
+            True,
+            True,
+            lambda n: (n - 1) / n,
+            _all_gather,
+            split=True,
+            c10d_op="_ALLGATHER_BASE",
+        ),
+        CollectiveSpec(
+            "reduce_scatter",
+            True,
+            False,
+            True,
+            True,
+            lambda n: (n - 1) / n,
+            _reduce_scatter,
+            split=True,
+            c10d_op="_REDUCE_SCATTER_BASE",
+        ),
         CollectiveSpec("broadcast", False, True, False, True, lambda n: 1.0, _broadcast, c10d_op="BROADCAST"),
         CollectiveSpec("reduce", True, True, False, True, lambda n: 1.0, _reduce, c10d_op="REDUCE"),
-        CollectiveSpec("all_to_all", False, False, True, False, lambda n: (n - 1) / n, _all_to_all, split=True,
-                       c10d_op="ALLTOALL_BASE"),
+        CollectiveSpec(
+            "all_to_all",
+            False,
+            False,
+            True,
+            False,
+            lambda n: (n - 1) / n,
+            _all_to_all,
+            split=True,
+            c10d_op="ALLTOALL_BASE",
+        ),
         CollectiveSpec("sendrecv", False, False, True, False, lambda n: 1.0, _sendrecv, c10d_op="SEND"),
         CollectiveSpec("gather", False, True, True, False, lambda n: (n - 1) / n, _gather, split=True),
         CollectiveSpec("scatter", False, True, True, False, lambda n: (n - 1) / n, _scatter, split=True),

@@ -11,6 +11,7 @@
 Control traffic (combining times and #wrong counts) goes over a separate Gloo
 group so a broken backend under test cannot corrupt its own verdict.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -88,9 +89,17 @@ def _slowest(values: list[float], control: dist.ProcessGroup) -> list[float]:
     return t.tolist()
 
 
-def alternating_rounds(timers: dict[str, Timer], control: dist.ProcessGroup, *, rounds: int = 5,
-                       seconds: float = 1.0, max_iters: int = 100000, warmup_calls: int = 3,
-                       warmup_seconds: float = 0.02, align: Callable[[], None] | None = None) -> dict[str, float]:
+def alternating_rounds(
+    timers: dict[str, Timer],
+    control: dist.ProcessGroup,
+    *,
+    rounds: int = 5,
+    seconds: float = 1.0,
+    max_iters: int = 100000,
+    warmup_calls: int = 3,
+    warmup_seconds: float = 0.02,
+    align: Callable[[], None] | None = None,
+) -> dict[str, float]:
     """Times each implementation in `timers` side by side, and returns its median
     seconds per call on the slowest rank.
 
@@ -209,8 +218,17 @@ def _check(buffers, group, cfg: SweepConfig, control) -> int:
     return int(t.item())
 
 
-def measure(spec: CollectiveSpec, count: int, dtype: str, op: str, in_place: bool, group, control, cfg: SweepConfig,
-            prepare=None) -> Measurement:
+def measure(
+    spec: CollectiveSpec,
+    count: int,
+    dtype: str,
+    op: str,
+    in_place: bool,
+    group,
+    control,
+    cfg: SweepConfig,
+    prepare=None,
+) -> Measurement:
     """Times and checks one placement of `count` elements. `prepare` overrides spec.prepare
     (tests inject faults through it)."""
     n = dist.get_world_size(group)
@@ -229,8 +247,9 @@ def measure(spec: CollectiveSpec, count: int, dtype: str, op: str, in_place: boo
     return Measurement(time_us, algbw, algbw * spec.bus_factor(n), wrong)
 
 
-def sweep(cfg: SweepConfig, groups: dict[str, dist.ProcessGroup], control: dist.ProcessGroup, on_row=None,
-          prepare=None) -> dict[str, list[Row]]:
+def sweep(
+    cfg: SweepConfig, groups: dict[str, dist.ProcessGroup], control: dist.ProcessGroup, on_row=None, prepare=None
+) -> dict[str, list[Row]]:
     """Runs the sweep on every group in `groups` (label -> group), alternating
     between them per measurement so machine noise hits all alike. `on_row(label,
     row, done, total)` is called on every rank as rows complete."""
@@ -244,7 +263,9 @@ def sweep(cfg: SweepConfig, groups: dict[str, dist.ProcessGroup], control: dist.
         for label, group in groups.items():
             oop = measure(spec, count, dtype, op, False, group, control, cfg, prepare) if spec.out_of_place else None
             ip = measure(spec, count, dtype, op, True, group, control, cfg, prepare) if spec.in_place else None
-            row = Row(count * element, count, dtype, op if spec.reduces else "none", cfg.root if spec.rooted else -1, oop, ip)
+            row = Row(
+                count * element, count, dtype, op if spec.reduces else "none", cfg.root if spec.rooted else -1, oop, ip
+            )
             rows[label].append(row)
             if on_row:
                 on_row(label, row, done, len(cases))
@@ -280,5 +301,8 @@ class Progress:
     def __call__(self, label: str, row: Row, done: int, total: int) -> None:
         elapsed = time.monotonic() - self.start
         if elapsed > self.after:
-            print(f"[fastcomm-bench] {label}: {done}/{total} ({row.size} B {row.dtype} {row.op}) {elapsed:.1f} s",
-                  file=self.stream, flush=True)
+            print(
+                f"[fastcomm-bench] {label}: {done}/{total} ({row.size} B {row.dtype} {row.op}) {elapsed:.1f} s",
+                file=self.stream,
+                flush=True,
+            )

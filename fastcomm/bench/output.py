@@ -1,4 +1,5 @@
 """nccl-tests' text layout (common.cu's format strings), JSON and the plot."""
+
 from __future__ import annotations
 
 import json
@@ -26,20 +27,27 @@ def _cell(m: Measurement | None) -> str:
 
 def format_row(row: Row) -> str:
     """One table line: size, count, type, op, root, then both variants' columns."""
-    return f"{row.size:12d}  {row.count:12d}  {row.dtype:>8}  {row.op:>6}  {row.root:6d}" + _cell(row.out_of_place) + _cell(row.in_place)
+    return (
+        f"{row.size:12d}  {row.count:12d}  {row.dtype:>8}  {row.op:>6}  {row.root:6d}"
+        + _cell(row.out_of_place)
+        + _cell(row.in_place)
+    )
 
 
 def header(title_lines: list[str]) -> list[str]:
     """The comment lines above the table: the title, then the column headings."""
     lines = [f"# {t}" if t else "#" for t in title_lines]
     lines.append("#")
-    lines.append(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place          ")
+    lines.append(
+        f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place          "
+    )
     lines.append(
         f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
         + f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}" * 2
     )
     lines.append(
-        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}" + f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}" * 2
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
+        + f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}" * 2
     )
     return lines
 
@@ -77,8 +85,10 @@ def compare_table(labels: list[str], rows: dict[str, list[Row]]) -> str:
     for ra, rb in zip(rows[a], rows[b]):
         ma, mb = _best(ra), _best(rb)
         if ma.error or mb.error:
-            lines.append(f"{ra.size:12d}  {ra.dtype:>8}  {ra.op:>6}  {'error' if ma.error else f'{ma.time_us:.2f}':>12}"
-                         f"  {'error' if mb.error else f'{mb.time_us:.2f}':>12}  {'N/A':>14}  {'N/A':>14}  {'N/A':>6}")
+            lines.append(
+                f"{ra.size:12d}  {ra.dtype:>8}  {ra.op:>6}  {'error' if ma.error else f'{ma.time_us:.2f}':>12}"
+                f"  {'error' if mb.error else f'{mb.time_us:.2f}':>12}  {'N/A':>14}  {'N/A':>14}  {'N/A':>6}"
+            )
             continue
         ratio = mb.time_us / ma.time_us if ma.time_us > 0 else float("inf")
         lines.append(
@@ -93,8 +103,15 @@ def _row_dict(row: Row) -> dict:
             return None
         return {"time_us": x.time_us, "algbw": x.algbw, "busbw": x.busbw, "wrong": x.wrong, "error": x.error}
 
-    return {"size": row.size, "count": row.count, "type": row.dtype, "redop": row.op, "root": row.root,
-            "out_of_place": m(row.out_of_place), "in_place": m(row.in_place)}
+    return {
+        "size": row.size,
+        "count": row.count,
+        "type": row.dtype,
+        "redop": row.op,
+        "root": row.root,
+        "out_of_place": m(row.out_of_place),
+        "in_place": m(row.in_place),
+    }
 
 
 def to_json(meta: dict, rows: dict[str, list[Row]]) -> str:
@@ -103,9 +120,15 @@ def to_json(meta: dict, rows: dict[str, list[Row]]) -> str:
     out["results"] = {}
     for label, rs in rows.items():
         wrong, avg = summary(rs)
-        out["results"][label] = {"rows": [_row_dict(r) for r in rs],
-                                 "summary": {"out_of_bounds": wrong, "failed_calls": len(errors(rs)),
-                                             "ok": wrong == 0 and not errors(rs), "avg_busbw": avg}}
+        out["results"][label] = {
+            "rows": [_row_dict(r) for r in rs],
+            "summary": {
+                "out_of_bounds": wrong,
+                "failed_calls": len(errors(rs)),
+                "ok": wrong == 0 and not errors(rs),
+                "avg_busbw": avg,
+            },
+        }
     return json.dumps(out, indent=2)
 
 

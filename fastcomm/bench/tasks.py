@@ -10,6 +10,7 @@ markov:  next-token prediction on sequences from a fixed random Markov chain
 Each rank draws its own batches (seeded by step and rank); the evaluation set
 is the same on every rank.
 """
+
 from __future__ import annotations
 
 import torch

@@ -11,6 +11,7 @@ starts in milliseconds. argv[1] is the prctl option that declares a ptracer
     child  -> parent  "done <read errno> <write errno> <matched>"   (errno 0: done; matched 1: read PATTERN)
     parent -> child   anything, or end of input: exit (the peer may be reading us until then)
 """
+
 import ctypes
 import sys
 
@@ -36,8 +37,14 @@ def main() -> None:
     for name in ("process_vm_readv", "process_vm_writev"):
         function = getattr(libc, name)
         function.restype = ctypes.c_ssize_t
-        function.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                             ctypes.c_ulong]
+        function.argtypes = [
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
     mine = ctypes.create_string_buffer(PATTERN, len(PATTERN))
     print(ctypes.addressof(mine), len(PATTERN), flush=True)
     ptracer, peer, address, length = (int(x) for x in sys.stdin.readline().split())

@@ -17,6 +17,7 @@ Sizes follow fastcomm-bench (nccl-tests): the bytes of a call's largest buffer
 root's whole buffer; all_to_all: each rank's whole buffer), split evenly
 across ranks where the collective splits it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +29,20 @@ import warnings
 import torch
 import torch.distributed as dist
 
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "reduce", "gather",
-               "scatter", "barrier", "send/recv")
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+    "send/recv",
+)
 # 8 B, then the powers of 4 from 16 B to 64 MiB.
-SIZES = (8,) + tuple(4 ** k for k in range(2, 14))
+SIZES = (8,) + tuple(4**k for k in range(2, 14))
 SPLIT = {"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"}
 GROUP_TIMEOUT = datetime.timedelta(seconds=60)
 _RESULT_KEY = "fastcomm-doctor/result/"
@@ -49,8 +60,10 @@ class Layout:
     def describe(self) -> str:
         if self.ranks_per_host == 0:
             return f"{self.world_size} rank(s) on one host"
-        return (f"{self.world_size} ranks on {self.hosts} hosts of {self.ranks_per_host} "
-                f"(simulated on this machine: FASTCOMM_RANKS_PER_HOST={self.ranks_per_host})")
+        return (
+            f"{self.world_size} ranks on {self.hosts} hosts of {self.ranks_per_host} "
+            f"(simulated on this machine: FASTCOMM_RANKS_PER_HOST={self.ranks_per_host})"
+        )
 
 
 def layout(world_size: int, hosts: int | None = None, ranks_per_host: int | None = None) -> Layout:
@@ -121,8 +134,10 @@ def make_call(name: str, size: int, dtype: torch.dtype, rank: int, world_size: i
         send, recv = zeros(count), zeros(count)
 
         def exchange():
-            ops = [dist.P2POp(dist.isend, send, group_peer=(rank + 1) % n),
-                   dist.P2POp(dist.irecv, recv, group_peer=(rank - 1) % n)]
+            ops = [
+                dist.P2POp(dist.isend, send, group_peer=(rank + 1) % n),
+                dist.P2POp(dist.irecv, recv, group_peer=(rank - 1) % n),
+            ]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
 
@@ -160,7 +175,7 @@ def _rank(rank: int, world_size: int, store, plan: dict) -> list[dict] | None:
     rows = {}
     for name in plan["collectives"]:
         row = []
-        for size in ([0] if name == "barrier" else plan["sizes"]):
+        for size in [0] if name == "barrier" else plan["sizes"]:
             call = make_call(name, size, dtype, rank, world_size)
             if call is None:
                 row.append({"bytes": size, "skipped": _skipped(name, world_size, dtype)})
@@ -169,8 +184,13 @@ def _rank(rank: int, world_size: int, store, plan: dict) -> list[dict] | None:
             for _ in range(2):
                 call()
                 counts.append(backend.algorithm_counts())
-            row.append({"bytes": size, "first": _launched(counts[0], counts[1], order),
-                        "steady": _launched(counts[1], counts[2], order)})
+            row.append(
+                {
+                    "bytes": size,
+                    "first": _launched(counts[0], counts[1], order),
+                    "steady": _launched(counts[1], counts[2], order),
+                }
+            )
         rows[name] = row
     config = backend.config
     engine = backend.shm_engine
@@ -180,8 +200,11 @@ def _rank(rank: int, world_size: int, store, plan: dict) -> list[dict] | None:
         "registered": order,
         "engine_local_size": engine.local_size if engine is not None else 0,
         "host_of_rank": list(config.host_of_rank),
-        "config": {field: getattr(config, field) for field in dir(config)
-                   if not field.startswith("_") and isinstance(getattr(config, field), (int, str, bool))},
+        "config": {
+            field: getattr(config, field)
+            for field in dir(config)
+            if not field.startswith("_") and isinstance(getattr(config, field), (int, str, bool))
+        },
         "usable_cpus": len(_shm.usable_cpus()),
         "p2p": backend.p2p_stats(),
         "huge_pages": dict(_C.huge_page_counts()),
@@ -214,8 +237,16 @@ def run(lay: Layout, sizes=SIZES, collectives=COLLECTIVES, dtype: str = "float32
     from fastcomm.bench.harness import spawn_ranks
 
     validate(collectives, dtype)
-    plan = {"env": {"FASTCOMM_RANKS_PER_HOST": str(lay.ranks_per_host)}, "dtype": dtype,
-            "sizes": list(sizes), "collectives": list(collectives)}
+    plan = {
+        "env": {"FASTCOMM_RANKS_PER_HOST": str(lay.ranks_per_host)},
+        "dtype": dtype,
+        "sizes": list(sizes),
+        "collectives": list(collectives),
+    }
     ranks = spawn_ranks(_rank, lay.world_size, plan)
-    return {"layout": dataclasses.asdict(lay) | {"hosts": lay.hosts}, "dtype": dtype, "sizes": list(sizes),
-            "ranks": ranks}
+    return {
+        "layout": dataclasses.asdict(lay) | {"hosts": lay.hosts},
+        "dtype": dtype,
+        "sizes": list(sizes),
+        "ranks": ranks,
+    }

@@ -8,6 +8,7 @@ Every line is ok, off, warn or info, with why and a fix where one applies.
 The algorithm table starts a local group of --world-size ranks (hosts
 simulated on this machine) and reads what the dispatcher launched.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,21 +19,34 @@ from fastcomm.doctor.report import Item, to_json, to_text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fastcomm.doctor", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m fastcomm.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--world-size", type=int, default=None, metavar="N",
-                   help="run the algorithm table for a group of N ranks (started here as processes)")
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the algorithm table for a group of N ranks (started here as processes)",
+    )
     layout = p.add_mutually_exclusive_group()
     layout.add_argument("--hosts", type=int, default=None, metavar="H", help="... on H hosts of N/H ranks each")
-    layout.add_argument("--ranks-per-host", type=int, default=None, metavar="K",
-                        help="... in hosts of K consecutive ranks")
+    layout.add_argument(
+        "--ranks-per-host", type=int, default=None, metavar="K", help="... in hosts of K consecutive ranks"
+    )
     p.add_argument("--max-bytes", default="64M", help="largest size of the table (K/M/G suffixes; default 64M)")
     p.add_argument("--dtype", default="float32", help="element type of the table's calls (default float32)")
-    p.add_argument("--collectives", default=",".join(algorithms.COLLECTIVES),
-                   help="comma-separated subset of " + ", ".join(algorithms.COLLECTIVES))
-    p.add_argument("--no-probe", action="store_true",
-                   help="do not start the two processes that test cross-memory attach; judge from the settings")
+    p.add_argument(
+        "--collectives",
+        default=",".join(algorithms.COLLECTIVES),
+        help="comma-separated subset of " + ", ".join(algorithms.COLLECTIVES),
+    )
+    p.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not start the two processes that test cross-memory attach; judge from the settings",
+    )
     return p
 
 
@@ -64,16 +78,30 @@ def collect(args: argparse.Namespace, root: str = "/") -> tuple[list[Item], dict
     items = build.items() + machine.items(root) + cross_memory.items(root, run_probe=not args.no_probe)
     items += network.network_items(root) + [network.options_item()] + network.environment_items()
     if plan is None:
-        items.append(Item(algorithm_report.SECTION, "table", "info", "not run",
-                          note="--world-size N (with --hosts H) shows which algorithm each collective runs per size"))
+        items.append(
+            Item(
+                algorithm_report.SECTION,
+                "table",
+                "info",
+                "not run",
+                note="--world-size N (with --hosts H) shows which algorithm each collective runs per size",
+            )
+        )
         return items, None
     lay, sizes, collectives = plan
     try:
         run = algorithms.run(lay, sizes, collectives, args.dtype)
     except Exception as error:  # a rank failed: say so, keep the rest of the report
-        items.append(Item(algorithm_report.SECTION, "table", "off", f"could not run a group of {lay.describe()}",
-                          why=f"{type(error).__name__}: {str(error).strip()[-500:]}",
-                          fix="the findings above say what is missing; docs/troubleshooting.md"))
+        items.append(
+            Item(
+                algorithm_report.SECTION,
+                "table",
+                "off",
+                f"could not run a group of {lay.describe()}",
+                why=f"{type(error).__name__}: {str(error).strip()[-500:]}",
+                fix="the findings above say what is missing; docs/troubleshooting.md",
+            )
+        )
         return items, None
     return items + algorithm_report.notes(run), run
 
@@ -82,10 +110,17 @@ def _run_json(run: dict | None) -> dict | None:
     if run is None:
         return None
     r0 = run["ranks"][0]
-    return {"layout": run["layout"], "dtype": run["dtype"], "sizes": run["sizes"], "rows": r0["rows"],
-            "registered": r0["registered"], "config": r0["config"],
-            "per_rank": [{key: r[key] for key in ("rank", "p2p", "huge_pages", "warnings", "usable_cpus")}
-                         for r in run["ranks"]]}
+    return {
+        "layout": run["layout"],
+        "dtype": run["dtype"],
+        "sizes": run["sizes"],
+        "rows": r0["rows"],
+        "registered": r0["registered"],
+        "config": r0["config"],
+        "per_rank": [
+            {key: r[key] for key in ("rank", "p2p", "huge_pages", "warnings", "usable_cpus")} for r in run["ranks"]
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

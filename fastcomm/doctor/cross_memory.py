@@ -10,6 +10,7 @@ declares the ptracer fastcomm's set-up would declare for them
 (fastcomm/_ptracer.py). The readings (Yama, seccomp, capabilities) explain a
 refusal; the probe decides.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,13 @@ class Probe:
 
 class _Child:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, CHILD, str(_ptracer.PR_SET_PTRACER)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, bufsize=0, close_fds=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD, str(_ptracer.PR_SET_PTRACER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            close_fds=True,
+        )
 
     def line(self, deadline: float) -> list[str]:
         fd = self.proc.stdout
@@ -155,37 +161,48 @@ def explain(readings: Readings, error: int | None) -> tuple[str, str]:
     """(why, fix) of a refusal with `error` (None: not probed), from the readings."""
     scope, seccomp = readings.yama_scope, readings.seccomp
     if error == errno.ENOSYS:
-        return ("the kernel has no cross-memory attach (CONFIG_CROSS_MEMORY_ATTACH), or a seccomp filter "
-                "answers ENOSYS",
-                "a kernel with CONFIG_CROSS_MEMORY_ATTACH=y; a seccomp profile that allows process_vm_readv/writev")
+        return (
+            "the kernel has no cross-memory attach (CONFIG_CROSS_MEMORY_ATTACH), or a seccomp filter answers ENOSYS",
+            "a kernel with CONFIG_CROSS_MEMORY_ATTACH=y; a seccomp profile that allows process_vm_readv/writev",
+        )
     if scope == 3:
-        return ("Yama ptrace_scope=3: no process may attach to another (fixed until reboot)",
-                "none until reboot")
+        return ("Yama ptrace_scope=3: no process may attach to another (fixed until reboot)", "none until reboot")
     if scope == 2 and not readings.cap_sys_ptrace:
-        return ("Yama ptrace_scope=2: only processes with CAP_SYS_PTRACE may attach",
-                "sysctl kernel.yama.ptrace_scope=1 (fastcomm then declares the ranks' launcher), or give the ranks "
-                "CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE)")
+        return (
+            "Yama ptrace_scope=2: only processes with CAP_SYS_PTRACE may attach",
+            "sysctl kernel.yama.ptrace_scope=1 (fastcomm then declares the ranks' launcher), or give the ranks "
+            "CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE)",
+        )
     if scope == 1:
-        return ("Yama ptrace_scope=1: a process may read only its descendants, or a process that declared it as "
-                "ptracer; sibling ranks are neither",
-                "start a host's ranks from one launcher (torchrun, mpirun, mp.spawn): fastcomm declares it; or "
-                "sysctl kernel.yama.ptrace_scope=0")
+        return (
+            "Yama ptrace_scope=1: a process may read only its descendants, or a process that declared it as "
+            "ptracer; sibling ranks are neither",
+            "start a host's ranks from one launcher (torchrun, mpirun, mp.spawn): fastcomm declares it; or "
+            "sysctl kernel.yama.ptrace_scope=0",
+        )
     if seccomp == 2:
-        return ("a seccomp filter is active (Seccomp: 2) and may forbid process_vm_readv/writev (some container "
-                "profiles allow them only with CAP_SYS_PTRACE)",
-                "docker run --cap-add SYS_PTRACE, or a seccomp profile that allows process_vm_readv/writev")
+        return (
+            "a seccomp filter is active (Seccomp: 2) and may forbid process_vm_readv/writev (some container "
+            "profiles allow them only with CAP_SYS_PTRACE)",
+            "docker run --cap-add SYS_PTRACE, or a seccomp profile that allows process_vm_readv/writev",
+        )
     if error == errno.ESRCH:
         return "the peer's pid is not visible here (another pid namespace)", "run a host's ranks in one pid namespace"
     if error == errno.EPERM:
-        return ("the kernel refused: the target is not dumpable (prctl PR_SET_DUMPABLE 0, a setuid program) or "
-                "belongs to another user", "run every rank as one user, dumpable")
+        return (
+            "the kernel refused: the target is not dumpable (prctl PR_SET_DUMPABLE 0, a setuid program) or "
+            "belongs to another user",
+            "run every rank as one user, dumpable",
+        )
     if error:
         return os.strerror(error), ""
     return "", ""
 
 
-NOTE = ("fastcomm asks the same at a group's first single-copy op (every rank reads and writes every peer) and, "
-        "where refused, copies through the shared-memory segment instead: same results, two copies")
+NOTE = (
+    "fastcomm asks the same at a group's first single-copy op (every rank reads and writes every peer) and, "
+    "where refused, copies through the shared-memory segment instead: same results, two copies"
+)
 
 
 def item(readings: Readings, plain: Probe | None, declared: Probe | None, probe_error: str = "") -> Item:
@@ -193,17 +210,25 @@ def item(readings: Readings, plain: Probe | None, declared: Probe | None, probe_
     declaring a ptracer (run where Yama's scope is 1 and `plain` was refused);
     None: not run (then the readings alone predict; `probe_error` says why)."""
     name = "cross-memory attach"
-    data = {"yama_scope": readings.yama_scope, "seccomp": readings.seccomp,
-            "cap_sys_ptrace": readings.cap_sys_ptrace,
-            "plain": dataclasses.asdict(plain) if plain else None,
-            "declared": dataclasses.asdict(declared) if declared else None}
+    data = {
+        "yama_scope": readings.yama_scope,
+        "seccomp": readings.seccomp,
+        "cap_sys_ptrace": readings.cap_sys_ptrace,
+        "plain": dataclasses.asdict(plain) if plain else None,
+        "declared": dataclasses.asdict(declared) if declared else None,
+    }
     if plain is not None and plain.ok:
         return Item(SECTION, name, "ok", "sibling processes may read and write each other", note=NOTE, data=data)
     if declared is not None and declared.ok:
-        return Item(SECTION, name, "ok",
-                    f"after declaring their launcher as ptracer (pid {declared.declared}), as fastcomm's set-up does",
-                    note="Yama ptrace_scope=1 refuses siblings as they are; ranks started apart (two shells, "
-                         "no common launcher but init) stay refused. " + NOTE, data=data)
+        return Item(
+            SECTION,
+            name,
+            "ok",
+            f"after declaring their launcher as ptracer (pid {declared.declared}), as fastcomm's set-up does",
+            note="Yama ptrace_scope=1 refuses siblings as they are; ranks started apart (two shells, "
+            "no common launcher but init) stay refused. " + NOTE,
+            data=data,
+        )
     if plain is None:
         why, fix = explain(readings, None)
         status = "off" if why else "ok"
@@ -219,10 +244,10 @@ def item(readings: Readings, plain: Probe | None, declared: Probe | None, probe_
 def readings_item(readings: Readings) -> Item:
     scope = "no Yama" if readings.yama_scope is None else f"Yama ptrace_scope={readings.yama_scope}"
     seccomp = {None: "seccomp unknown", 0: "no seccomp", 1: "seccomp strict", 2: "seccomp filter"}.get(
-        readings.seccomp, f"seccomp {readings.seccomp}")
+        readings.seccomp, f"seccomp {readings.seccomp}"
+    )
     caps = "CAP_SYS_PTRACE" if readings.cap_sys_ptrace else "no CAP_SYS_PTRACE"
-    return Item(SECTION, "kernel settings", "info", f"{scope}, {seccomp}, {caps}",
-                data=dataclasses.asdict(readings))
+    return Item(SECTION, "kernel settings", "info", f"{scope}, {seccomp}, {caps}", data=dataclasses.asdict(readings))
 
 
 def items(root: str = "/", run_probe: bool = True) -> list[Item]:

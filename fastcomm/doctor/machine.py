@@ -3,6 +3,7 @@
 Every reader takes `root` (default "/"), the directory that holds proc/ and
 sys/, so tests can hand it a made-up tree.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,22 +56,41 @@ def numa_nodes(root: str = "/") -> dict[int, list[int]]:
 def cpu_items(root: str = "/") -> list[Item]:
     count = os.cpu_count() or 0
     affinity = sorted(os.sched_getaffinity(0))
-    out = [Item(SECTION, "CPUs", "ok" if len(affinity) == count else "info",
-                f"{count} online, this process may use {len(affinity)}: {_ranges(affinity)}",
-                note="" if len(affinity) == count else "a launcher, taskset or cgroup narrowed this process's CPU mask",
-                data={"count": count, "affinity": affinity})]
+    out = [
+        Item(
+            SECTION,
+            "CPUs",
+            "ok" if len(affinity) == count else "info",
+            f"{count} online, this process may use {len(affinity)}: {_ranges(affinity)}",
+            note="" if len(affinity) == count else "a launcher, taskset or cgroup narrowed this process's CPU mask",
+            data={"count": count, "affinity": affinity},
+        )
+    ]
     nodes = numa_nodes(root)
     spanned = sorted(node for node, cpus in nodes.items() if set(cpus) & set(affinity))
     value = f"{len(nodes)} node(s)" + "".join(f"; node{n}: CPUs {_ranges(c)}" for n, c in nodes.items())
     if len(spanned) > 1:
-        out.append(Item(SECTION, "NUMA", "info", value,
-                        note=f"this process's CPUs span nodes {spanned}: a host's ranks share one segment across nodes",
-                        fix="bind each job to one node (numactl --cpunodebind, taskset) for the steadiest "
-                            "shared-memory times",
-                        data={"nodes": nodes, "spanned": spanned}))
+        out.append(
+            Item(
+                SECTION,
+                "NUMA",
+                "info",
+                value,
+                note=f"this process's CPUs span nodes {spanned}: a host's ranks share one segment across nodes",
+                fix="bind each job to one node (numactl --cpunodebind, taskset) for the steadiest shared-memory times",
+                data={"nodes": nodes, "spanned": spanned},
+            )
+        )
     else:
-        out.append(Item(SECTION, "NUMA", "ok" if nodes else "info", value if nodes else "no NUMA information",
-                        data={"nodes": nodes, "spanned": spanned}))
+        out.append(
+            Item(
+                SECTION,
+                "NUMA",
+                "ok" if nodes else "info",
+                value if nodes else "no NUMA information",
+                data={"nodes": nodes, "spanned": spanned},
+            )
+        )
     return out
 
 
@@ -97,19 +117,35 @@ def dev_shm(path: str = "/dev/shm") -> tuple[int, int] | None:
 
 def dev_shm_item(path: str = "/dev/shm") -> Item:
     found = dev_shm(path)
-    note = ("fastcomm's segments are anonymous memory files, not in /dev/shm; ranks that see another /dev/shm "
-            "mount (another container) count as another host")
+    note = (
+        "fastcomm's segments are anonymous memory files, not in /dev/shm; ranks that see another /dev/shm "
+        "mount (another container) count as another host"
+    )
     if found is None:
-        return Item(SECTION, "/dev/shm", "warn", "absent", why="torch's shared tensors (DataLoader workers) need it",
-                    fix="mount a tmpfs there", data={"size": None, "free": None})
+        return Item(
+            SECTION,
+            "/dev/shm",
+            "warn",
+            "absent",
+            why="torch's shared tensors (DataLoader workers) need it",
+            fix="mount a tmpfs there",
+            data={"size": None, "free": None},
+        )
     size, free = found
     data = {"size": size, "free": free}
     value = f"{_mib(size)} MiB, {_mib(free)} MiB free"
     if size < SMALL_DEV_SHM_BYTES:
-        return Item(SECTION, "/dev/shm", "warn", value,
-                    why="small (Docker's default is 64 MiB): DataLoader workers and torch.multiprocessing tensors "
-                        "fail with 'No space left on device' or a bus error",
-                    fix="docker run --shm-size=8g (or --ipc=host)", note=note, data=data)
+        return Item(
+            SECTION,
+            "/dev/shm",
+            "warn",
+            value,
+            why="small (Docker's default is 64 MiB): DataLoader workers and torch.multiprocessing tensors "
+            "fail with 'No space left on device' or a bus error",
+            fix="docker run --shm-size=8g (or --ipc=host)",
+            note=note,
+            data=data,
+        )
     return Item(SECTION, "/dev/shm", "ok", value, note=note, data=data)
 
 
@@ -149,25 +185,54 @@ def huge_page_items(root: str = "/") -> list[Item]:
     shown = ".".join(map(str, release)) if release else "unknown"
     data = {"transparent": thp, "kernel": shown}
     if thp is None:
-        out = [Item(SECTION, "transparent huge pages", "off", "not in this kernel",
-                    why="MADV_COLLAPSE needs transparent huge pages: single-copy peers pin every 4 KiB page",
-                    fix="a kernel with CONFIG_TRANSPARENT_HUGEPAGE (6.1 or later)", data=data)]
+        out = [
+            Item(
+                SECTION,
+                "transparent huge pages",
+                "off",
+                "not in this kernel",
+                why="MADV_COLLAPSE needs transparent huge pages: single-copy peers pin every 4 KiB page",
+                fix="a kernel with CONFIG_TRANSPARENT_HUGEPAGE (6.1 or later)",
+                data=data,
+            )
+        ]
     elif release is not None and release < (6, 1):
-        out = [Item(SECTION, "transparent huge pages", "off", f"{thp}, kernel {shown}",
-                    why="MADV_COLLAPSE came in Linux 6.1: reused large tensors stay in 4 KiB pages",
-                    fix="a 6.1 or later kernel (single copy works without it, a little slower from 4 MiB)", data=data)]
+        out = [
+            Item(
+                SECTION,
+                "transparent huge pages",
+                "off",
+                f"{thp}, kernel {shown}",
+                why="MADV_COLLAPSE came in Linux 6.1: reused large tensors stay in 4 KiB pages",
+                fix="a 6.1 or later kernel (single copy works without it, a little slower from 4 MiB)",
+                data=data,
+            )
+        ]
     else:
-        out = [Item(SECTION, "transparent huge pages", "ok", f"{thp}, kernel {shown}",
-                    note="fastcomm moves reused tensors of FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES or more into huge pages "
-                         "(MADV_COLLAPSE) before single-copy peers read them; the algorithm run (--world-size) "
-                         "shows whether the kernel took the moves", data=data)]
+        out = [
+            Item(
+                SECTION,
+                "transparent huge pages",
+                "ok",
+                f"{thp}, kernel {shown}",
+                note="fastcomm moves reused tensors of FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES or more into huge pages "
+                "(MADV_COLLAPSE) before single-copy peers read them; the algorithm run (--world-size) "
+                "shows whether the kernel took the moves",
+                data=data,
+            )
+        ]
     info = meminfo(root)
     total = info.get("HugePages_Total", 0)
-    out.append(Item(SECTION, "explicit huge pages", "info",
-                    f"{total} reserved, {info.get('HugePages_Free', 0)} free, {info.get('Hugepagesize', 0)} kB each",
-                    note="fastcomm does not use these (hugetlbfs) pages",
-                    data={"total": total, "free": info.get("HugePages_Free", 0),
-                          "size_kb": info.get("Hugepagesize", 0)}))
+    out.append(
+        Item(
+            SECTION,
+            "explicit huge pages",
+            "info",
+            f"{total} reserved, {info.get('HugePages_Free', 0)} free, {info.get('Hugepagesize', 0)} kB each",
+            note="fastcomm does not use these (hugetlbfs) pages",
+            data={"total": total, "free": info.get("HugePages_Free", 0), "size_kb": info.get("Hugepagesize", 0)},
+        )
+    )
     return out
 
 

@@ -7,6 +7,7 @@ named: torch's default device, which binds the first address the hostname
 resolves to that it can bind, else loopback). Interfaces are read under
 `root` (sys/class/net) so tests can hand in a made-up tree.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,18 @@ ENV_SECTION = "environment"
 SIOCGIFADDR = 0x8915
 IFF_UP = 0x1
 # Variables outside fastcomm's options that decide how its groups form and run.
-RELATED = ("GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-           "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "TORCH_DISTRIBUTED_DEBUG", "DDP_DISABLE_COMM_MEM")
+RELATED = (
+    "GLOO_SOCKET_IFNAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "OMP_NUM_THREADS",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "DDP_DISABLE_COMM_MEM",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,32 +111,64 @@ def gloo_item(socket_ifname: str, found: list[Interface], hostname: str, bound: 
         data = {"interfaces": socket_ifname.split(","), "from": "socket_ifname"}
         bad = [i.name for i in chosen if not i.up or i.ipv4 is None]
         if bad:
-            return Item(SECTION, name, "warn", value, why=f"interface(s) {bad} down or without an IPv4 address",
-                        fix="name an interface that is up and has the address peers reach", data=data)
+            return Item(
+                SECTION,
+                name,
+                "warn",
+                value,
+                why=f"interface(s) {bad} down or without an IPv4 address",
+                fix="name an interface that is up and has the address peers reach",
+                data=data,
+            )
         if all(i.ipv4 and _is_loopback(i.ipv4) for i in chosen):
-            return Item(SECTION, name, "warn", value, why="loopback: ranks on other hosts cannot connect",
-                        fix="fine on one host; across hosts name the interface peers reach (GLOO_SOCKET_IFNAME=eth0)",
-                        data=data)
+            return Item(
+                SECTION,
+                name,
+                "warn",
+                value,
+                why="loopback: ranks on other hosts cannot connect",
+                fix="fine on one host; across hosts name the interface peers reach (GLOO_SOCKET_IFNAME=eth0)",
+                data=data,
+            )
         return Item(SECTION, name, "ok", value + " (FASTCOMM_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)", data=data)
     data = {"hostname": hostname, "address": bound, "from": "hostname"}
     reachable = [i for i in found if i.up and i.ipv4 and not _is_loopback(i.ipv4)]
     suggestion = f"GLOO_SOCKET_IFNAME={reachable[0].name}" if reachable else "GLOO_SOCKET_IFNAME=<interface>"
     if bound is None:
-        return Item(SECTION, name, "warn", f"loopback (hostname {hostname!r} resolves to no address it can bind)",
-                    why="torch falls back to loopback: ranks on other hosts cannot connect",
-                    fix=f"{suggestion}, or map the hostname to this host's address (/etc/hosts)", data=data)
+        return Item(
+            SECTION,
+            name,
+            "warn",
+            f"loopback (hostname {hostname!r} resolves to no address it can bind)",
+            why="torch falls back to loopback: ranks on other hosts cannot connect",
+            fix=f"{suggestion}, or map the hostname to this host's address (/etc/hosts)",
+            data=data,
+        )
     if _is_loopback(bound):
-        return Item(SECTION, name, "warn", f"{bound} (hostname {hostname!r} resolves to it)",
-                    why="a loopback address: fine on one host, but ranks on other hosts cannot connect",
-                    fix=f"{suggestion}, or map the hostname to this host's address (/etc/hosts)", data=data)
+        return Item(
+            SECTION,
+            name,
+            "warn",
+            f"{bound} (hostname {hostname!r} resolves to it)",
+            why="a loopback address: fine on one host, but ranks on other hosts cannot connect",
+            fix=f"{suggestion}, or map the hostname to this host's address (/etc/hosts)",
+            data=data,
+        )
     return Item(SECTION, name, "ok", f"{bound} (hostname {hostname!r} resolves to it)", data=data)
 
 
 def network_items(root: str = "/", environ=os.environ) -> list[Item]:
     found = interfaces(root)
     listed = "; ".join(f"{i.name} {i.ipv4 or '-'} {'up' if i.up else 'down'}" for i in found)
-    out = [Item(SECTION, "interfaces", "info", listed or "none found",
-                data={"interfaces": [dataclasses.asdict(i) for i in found]})]
+    out = [
+        Item(
+            SECTION,
+            "interfaces",
+            "info",
+            listed or "none found",
+            data={"interfaces": [dataclasses.asdict(i) for i in found]},
+        )
+    ]
     try:
         socket_ifname = _options.read_options().socket_ifname
     except ValueError:  # the environment item says why; judge the hostname path here
@@ -142,12 +185,24 @@ def master_item(master: str) -> Item:
     try:
         addresses = sorted({a[4][0] for a in socket.getaddrinfo(master, None, type=socket.SOCK_STREAM)})
     except OSError as error:
-        return Item(SECTION, "MASTER_ADDR", "warn", f"{master}: does not resolve ({error})",
-                    fix="a name or address every rank can resolve", data={"addresses": []})
+        return Item(
+            SECTION,
+            "MASTER_ADDR",
+            "warn",
+            f"{master}: does not resolve ({error})",
+            fix="a name or address every rank can resolve",
+            data={"addresses": []},
+        )
     if all(_is_loopback(a) for a in addresses):
-        return Item(SECTION, "MASTER_ADDR", "warn", f"{master} -> {', '.join(addresses)}",
-                    why="loopback: only ranks on this host reach the store", fix="the store host's reachable address",
-                    data={"addresses": addresses})
+        return Item(
+            SECTION,
+            "MASTER_ADDR",
+            "warn",
+            f"{master} -> {', '.join(addresses)}",
+            why="loopback: only ranks on this host reach the store",
+            fix="the store host's reachable address",
+            data={"addresses": addresses},
+        )
     return Item(SECTION, "MASTER_ADDR", "ok", f"{master} -> {', '.join(addresses)}", data={"addresses": addresses})
 
 
@@ -161,8 +216,14 @@ def options_item() -> Item:
     try:
         _options.read_options()
     except ValueError as error:
-        return Item(ENV_SECTION, "options", "off", "refused", why=str(error),
-                    fix="correct or unset the variable: every fastcomm group would fail to form")
+        return Item(
+            ENV_SECTION,
+            "options",
+            "off",
+            "refused",
+            why=str(error),
+            fix="correct or unset the variable: every fastcomm group would fail to form",
+        )
     return Item(ENV_SECTION, "options", "ok", "every FASTCOMM_* option set is valid")
 
 
@@ -176,8 +237,16 @@ def environment_items(environ=os.environ) -> list[Item]:
             out.append(Item(ENV_SECTION, name, "info", repr(value)))
             continue
         close = difflib.get_close_matches(name, known, n=1)
-        out.append(Item(ENV_SECTION, name, "warn", repr(value), why="not an option fastcomm reads at run time",
-                        fix=f"did you mean {close[0]}?" if close else "see README's table of options"))
+        out.append(
+            Item(
+                ENV_SECTION,
+                name,
+                "warn",
+                repr(value),
+                why="not an option fastcomm reads at run time",
+                fix=f"did you mean {close[0]}?" if close else "see README's table of options",
+            )
+        )
     for name in RELATED:
         if name in environ:
             out.append(Item(ENV_SECTION, name, "info", repr(environ[name])))

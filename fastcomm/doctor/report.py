@@ -7,6 +7,7 @@ status, what else to know (`note`). Statuses:
 something will hurt: performance or multi-host set-up), "info" (a fact with
 no verdict).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,9 @@ class Item:
 
 def to_json(items: list[Item], algorithms: dict | None) -> str:
     """The whole report as one JSON object: {"items": [...], "algorithms": {...} or null}."""
-    return json.dumps({"items": [dataclasses.asdict(item) for item in items], "algorithms": algorithms},
-                      indent=2, sort_keys=False)
+    return json.dumps(
+        {"items": [dataclasses.asdict(item) for item in items], "algorithms": algorithms}, indent=2, sort_keys=False
+    )
 
 
 def to_text(items: list[Item]) -> str:

@@ -13,6 +13,7 @@ The hooks work on any process group (gloo, nccl, fastcomm) and on CPU and
 CUDA buckets. The kernels are the fastcomm::compress_* torch operators; their
 plain torch references are in fastcomm.hooks.reference.
 """
+
 from fastcomm.hooks.allreduce import allreduce_hook
 from fastcomm.hooks.int8 import Int8State, int8_hook
 from fastcomm.hooks.low_precision import LowPrecisionState, bf16_hook, fp16_hook

@@ -1,6 +1,7 @@
 """Checks of hook options, run when a state is made (so at register()): a bad
 value raises ValueError naming the hook and the option, before anything is
 registered. Deprecated option names are translated here too."""
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,9 @@ def flag(hook: str, name: str, value: object) -> bool:
     return value
 
 
-def rename_options(owner: str, names: dict[str, str], options: dict[str, Any], positional: set[str] = frozenset(),
-                   stacklevel: int = 2) -> dict[str, Any]:
+def rename_options(
+    owner: str, names: dict[str, str], options: dict[str, Any], positional: set[str] = frozenset(), stacklevel: int = 2
+) -> dict[str, Any]:
     """`options` with every deprecated name of `names` (deprecated -> current)
     replaced by its current one, each with a DeprecationWarning (`stacklevel`
     counted from the caller of this function); TypeError naming `owner` when a

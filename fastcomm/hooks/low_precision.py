@@ -36,7 +36,9 @@ class LowPrecisionState(HookState):
 
     def __init__(self, process_group: dist.ProcessGroup | None = None, dtype: torch.dtype = torch.float16) -> None:
         if dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"fastcomm.hooks low precision: dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+            raise ValueError(
+                f"fastcomm.hooks low precision: dtype must be torch.float16 or torch.bfloat16, got {dtype}"
+            )
         self.hook_name = "fp16" if dtype == torch.float16 else "bf16"
         super().__init__(process_group)
         self.dtype = dtype

@@ -10,6 +10,7 @@ moves with it. Parameters are known by name when the state is bound to the DDP
 model (``register()`` does it; ``state.bind(ddp_model)`` otherwise), else by
 object identity, which is stable within a process but not across a checkpoint.
 """
+
 from typing import Callable
 
 import torch

@@ -81,9 +81,15 @@ class PowerSGDState(HookState):
 
     hook_name = "powersgd"
 
-    @_options.renamed("fastcomm.hooks powersgd", {
-        "rank": "matrix_approximation_rank", "start_step": "start_powerSGD_iter",
-        "error_feedback": "use_error_feedback", "seed": "random_seed"})
+    @_options.renamed(
+        "fastcomm.hooks powersgd",
+        {
+            "rank": "matrix_approximation_rank",
+            "start_step": "start_powerSGD_iter",
+            "error_feedback": "use_error_feedback",
+            "seed": "random_seed",
+        },
+    )
     def __init__(
         self,
         process_group: dist.ProcessGroup | None = None,
@@ -99,8 +105,9 @@ class PowerSGDState(HookState):
     ) -> None:
         super().__init__(process_group)
         name = self.hook_name
-        self.matrix_approximation_rank = _options.positive_int(name, "matrix_approximation_rank",
-                                                               matrix_approximation_rank)
+        self.matrix_approximation_rank = _options.positive_int(
+            name, "matrix_approximation_rank", matrix_approximation_rank
+        )
         self.start_powerSGD_iter = _options.non_negative_int(name, "start_powerSGD_iter", start_powerSGD_iter)
         self.min_compression_rate = _options.non_negative_float(name, "min_compression_rate", min_compression_rate)
         self.use_error_feedback = _options.flag(name, "use_error_feedback", use_error_feedback)
@@ -110,10 +117,13 @@ class PowerSGDState(HookState):
         )
         self.random_seed = _options.non_negative_int(name, "random_seed", random_seed)
         # as torch: 0 logs every step
-        self.compression_stats_logging_frequency = max(1, _options.non_negative_int(
-            name, "compression_stats_logging_frequency", compression_stats_logging_frequency))
+        self.compression_stats_logging_frequency = max(
+            1,
+            _options.non_negative_int(name, "compression_stats_logging_frequency", compression_stats_logging_frequency),
+        )
         self.batch_tensors_with_same_shape = _options.flag(
-            name, "batch_tensors_with_same_shape", batch_tensors_with_same_shape)
+            name, "batch_tensors_with_same_shape", batch_tensors_with_same_shape
+        )
         # elements of the buckets of compressed steps, and of what they became (P, Q
         # and the uncompressed gradients): torch's compression_stats() counters
         self.total_numel_before_compression = 0
@@ -143,8 +153,13 @@ class PowerSGDState(HookState):
         self.total_numel_after_compression += plan.p_numel + plan.q_numel + plan.uncompressed_numel
         if new_step and self.steps >= self._next_stats_report:
             rate, before, after = self.compression_stats()
-            _log.info("fastcomm.hooks powersgd: step %d, %d elements before compression, %d after, rate %.3g",
-                      self.steps, before, after, rate)
+            _log.info(
+                "fastcomm.hooks powersgd: step %d, %d elements before compression, %d after, rate %.3g",
+                self.steps,
+                before,
+                after,
+                rate,
+            )
             self._next_stats_report = self.steps + self.compression_stats_logging_frequency
 
     def plan_for(self, bucket: dist.GradBucket, grads: list[torch.Tensor]) -> "_BucketPlan":
@@ -156,8 +171,9 @@ class PowerSGDState(HookState):
             self._plans[bucket.index()] = plan
         return plan
 
-    def initial_q(self, bucket_index: int, numel: int, dtype: torch.dtype, device: torch.device,
-                  step: int = 0) -> torch.Tensor:
+    def initial_q(
+        self, bucket_index: int, numel: int, dtype: torch.dtype, device: torch.device, step: int = 0
+    ) -> torch.Tensor:
         """Q before the first step (warm start), or of step `step` (without warm
         start: a new projection every step, as torch draws one, so no direction
         of the gradient stays unseen): the same normal draws on every rank, from
@@ -227,7 +243,9 @@ class _BucketPlan:
                 error_layout.append((keys[i], e, rows * cols))
                 p, q, e = p + rows * r, q + cols * r, e + rows * cols
         uncompressed_numel = sum(grads[i].numel() for i in uncompressed)
-        return _BucketPlan(signature, groups, uncompressed, p, q, e, uncompressed_numel, tuple(q_layout), tuple(error_layout))
+        return _BucketPlan(
+            signature, groups, uncompressed, p, q, e, uncompressed_numel, tuple(q_layout), tuple(error_layout)
+        )
 
 
 # One matrix's products: fastcomm's streaming kernels for float32 on CPU (a
@@ -298,6 +316,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     index, dtype, device, r = bucket.index(), buffer.dtype, buffer.device, state.matrix_approximation_rank
     p_all = state.scratch(index, "p", plan.p_numel + plan.uncompressed_numel, dtype, device)
     if state.warm_start:
+
         def init_q(numel: int, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
             return state.comm_buffer(numel, dt, dev).copy_(state.initial_q(index, numel, dt, dev))
 
@@ -316,7 +335,9 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         return q_all.narrow(0, g.q_offset, len(g.indices) * g.cols * r).view(len(g.indices), g.cols, r)
 
     def error_of(g: _MatrixGroup) -> torch.Tensor:
-        return error_all.narrow(0, g.error_offset, len(g.indices) * g.rows * g.cols).view(len(g.indices), g.rows, g.cols)
+        return error_all.narrow(0, g.error_offset, len(g.indices) * g.rows * g.cols).view(
+            len(g.indices), g.rows, g.cols
+        )
 
     matrices = []
     for g in plan.groups:
@@ -368,7 +389,9 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
                 approx = torch.bmm(p, q.transpose(1, 2))
                 if error is not None:
                     torch.sub(m, approx, out=error)
-                torch._foreach_copy_([grads[i] for i in g.indices], [a.view(grads[i].shape) for i, a in zip(g.indices, approx)])
+                torch._foreach_copy_(
+                    [grads[i] for i in g.indices], [a.view(grads[i].shape) for i, a in zip(g.indices, approx)]
+                )
             if error is not None:
                 torch.nan_to_num_(error, nan=0.0, posinf=0.0, neginf=0.0)
         return buffer

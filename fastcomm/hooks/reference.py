@@ -7,6 +7,7 @@ them on random inputs; they are also a readable statement of each format
 not reproduce (the kernels' hash is not worth restating here); its tests check
 the rounding's properties instead.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """``register(ddp_model, name, process_group=None, *, state=None, **options) -> state``:
 the one-line way to put a fastcomm hook on a DistributedDataParallel model."""
+
 from __future__ import annotations
 
 import inspect
@@ -34,10 +35,16 @@ def _hook(name: str, state_class: type[HookState], hook: Callable) -> Hook:
 
 HOOKS: dict[str, Hook] = {
     "allreduce": _hook("allreduce", HookState, allreduce_hook),
-    "fp16": Hook(lambda pg=None: LowPrecisionState(pg, torch.float16), fp16_hook,
-                 lambda state: check_low_precision_state("fp16", state, torch.float16)),
-    "bf16": Hook(lambda pg=None: LowPrecisionState(pg, torch.bfloat16), bf16_hook,
-                 lambda state: check_low_precision_state("bf16", state, torch.bfloat16)),
+    "fp16": Hook(
+        lambda pg=None: LowPrecisionState(pg, torch.float16),
+        fp16_hook,
+        lambda state: check_low_precision_state("fp16", state, torch.float16),
+    ),
+    "bf16": Hook(
+        lambda pg=None: LowPrecisionState(pg, torch.bfloat16),
+        bf16_hook,
+        lambda state: check_low_precision_state("bf16", state, torch.bfloat16),
+    ),
     "int8": _hook("int8", Int8State, int8_hook),
     "topk": _hook("topk", TopKState, topk_hook),
     "sign": _hook("sign", SignState, sign_hook),
@@ -58,14 +65,16 @@ def _renamed_options(make_state: Callable[..., HookState]) -> dict[str, str]:
     return getattr(init, "renamed", {})
 
 
-def _make_state(name: str, process_group: dist.ProcessGroup | None, options: dict[str, Any],
-                stacklevel: int) -> HookState:
+def _make_state(
+    name: str, process_group: dist.ProcessGroup | None, options: dict[str, Any], stacklevel: int
+) -> HookState:
     """make_state() for callers `stacklevel` frames above this function's caller."""
     if name not in HOOKS:
         raise ValueError(f"fastcomm.hooks.register: unknown hook {name!r}; choose one of {', '.join(HOOK_NAMES)}")
     make = HOOKS[name].make_state
-    options = _options.rename_options(f"fastcomm.hooks {name}", _renamed_options(make), options,
-                                      stacklevel=stacklevel + 1)
+    options = _options.rename_options(
+        f"fastcomm.hooks {name}", _renamed_options(make), options, stacklevel=stacklevel + 1
+    )
     valid = _option_names(make)
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -109,8 +118,10 @@ def register(
     else:
         if process_group is not None or options:
             given = ["process_group"] * (process_group is not None) + sorted(options)
-            raise TypeError(f"fastcomm.hooks.register: got state= and {', '.join(given)}; "
-                            "the state already holds its group and options")
+            raise TypeError(
+                f"fastcomm.hooks.register: got state= and {', '.join(given)}; "
+                "the state already holds its group and options"
+            )
         if name not in HOOKS:
             raise ValueError(f"fastcomm.hooks.register: unknown hook {name!r}; choose one of {', '.join(HOOK_NAMES)}")
         HOOKS[name].check_state(state)
@@ -125,12 +136,19 @@ def _suggest_fast_path(ddp_model: torch.nn.parallel.DistributedDataParallel, nam
     log record, not a warning: nothing is printed unless logging is configured)."""
     hints = []
     if not getattr(ddp_model, "gradient_as_bucket_view", True):
-        hints.append("DistributedDataParallel(..., gradient_as_bucket_view=True) (no copies of the gradients "
-                     "into DDP's buckets and back)")
-    if (name in _BUCKET_IN_PLACE and getattr(ddp_model, "device_type", None) == "cpu"
-            and not _ddp_arena_enabled() and _has_arena(state)):
-        hints.append("fastcomm.enable_ddp_arena() before building the DDP model (the ranks of a host sum "
-                     "the buckets in place)")
+        hints.append(
+            "DistributedDataParallel(..., gradient_as_bucket_view=True) (no copies of the gradients "
+            "into DDP's buckets and back)"
+        )
+    if (
+        name in _BUCKET_IN_PLACE
+        and getattr(ddp_model, "device_type", None) == "cpu"
+        and not _ddp_arena_enabled()
+        and _has_arena(state)
+    ):
+        hints.append(
+            "fastcomm.enable_ddp_arena() before building the DDP model (the ranks of a host sum the buckets in place)"
+        )
     if hints:
         _log.info("fastcomm.hooks.register: for faster steps, %s; docs/training.md", "; ".join(hints))
 

@@ -11,6 +11,7 @@ Counters (``stats()``):
              all_reduce inputs and its share of each all_gather); the
              compression ratio is raw_bytes / wire_bytes
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -70,7 +71,6 @@ class HookState:
             self._step_params = set()
         self._step_params |= params
 
-
     # -- collectives, counted ---------------------------------------------------
     # Contract of every callback a hook chains on a collective's future with
     # then(): its first act is fut.value(). then() runs the callback even when
@@ -113,7 +113,9 @@ class HookState:
             for p, g in zip(bucket.parameters(), bucket.gradients())
         )
 
-    def scratch(self, bucket_index: int, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def scratch(
+        self, bucket_index: int, name: str, numel: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
         """A buffer for collectives reused between steps (not checkpointed; from
         comm_buffer); contents undefined."""
         key = (bucket_index, name)

@@ -9,6 +9,7 @@ backward: local sum(dy), sum(dy * (x - mean)) (one pass; also the weight and
 The packed buffers are described in csrc/kernels/syncbn_math.h. A rank with no
 samples contributes zeros and still joins both collectives, so peers never hang.
 """
+
 from __future__ import annotations
 
 import torch

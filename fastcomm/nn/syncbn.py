@@ -6,6 +6,7 @@ It mirrors torch.nn.SyncBatchNorm's constructor, behaviour and errors, and is
 not a subclass of it on purpose: DistributedDataParallel refuses
 torch.nn.SyncBatchNorm layers in CPU modules, and this class exists to work there.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -95,7 +96,12 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     def _check_channels(self, input, running_mean, running_var) -> None:
         """torch's errors for a channel count that does not match, raised before any communication."""
         channels = input.size(1)
-        for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", self.weight), ("bias", self.bias)):
+        for name, t in (
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("weight", self.weight),
+            ("bias", self.bias),
+        ):
             if t is not None and t.numel() != channels:
                 raise RuntimeError(f"{name} should contain {channels} elements not {t.numel()}")
 

@@ -10,6 +10,7 @@ docs/model_sync.md.
         sync.step()
     sync.finish()
 """
+
 from fastcomm.sync.codecs import COMPRESSIONS
 from fastcomm.sync.model_sync import MODES, ModelSync
 

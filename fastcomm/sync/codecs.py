@@ -8,6 +8,7 @@ Every rank ends with bitwise the same average (all_reduce results are
 identical on every rank; gathered payloads are decoded in rank order), so the
 ranks' models stay identical.
 """
+
 from __future__ import annotations
 
 import math

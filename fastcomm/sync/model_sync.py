@@ -26,6 +26,7 @@ stay bitwise identical after each applied sync. The parameters travel and
 are averaged as one flat float32 tensor (float64 or half parameters are
 converted and written back), so float64 models sync at float32 precision.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -91,8 +92,9 @@ class ModelSync:
     ) -> None:
         if group is not _NOT_GIVEN:
             if process_group is not None:
-                raise TypeError("fastcomm.sync: got both group= (deprecated) and process_group=; "
-                                "pass process_group= only")
+                raise TypeError(
+                    "fastcomm.sync: got both group= (deprecated) and process_group=; pass process_group= only"
+                )
             warnings.warn("fastcomm.sync: group= is deprecated, use process_group=", DeprecationWarning, stacklevel=2)
             process_group = group
         if not dist.is_initialized():
@@ -102,8 +104,10 @@ class ModelSync:
         if mode not in MODES:
             raise ValueError(f"fastcomm.sync: mode must be one of {MODES}, got {mode!r}")
         if mode == "full" and (compression is not None or outer_optimizer is not None):
-            raise ValueError("fastcomm.sync: compression and outer_optimizer need mode='incremental' "
-                             "(full sync averages the parameters themselves)")
+            raise ValueError(
+                "fastcomm.sync: compression and outer_optimizer need mode='incremental' "
+                "(full sync averages the parameters themselves)"
+            )
         if not 0 < topk_ratio <= 1:
             raise ValueError(f"fastcomm.sync: topk_ratio must be in (0, 1], got {topk_ratio!r}")
         if isinstance(int8_block, bool) or not isinstance(int8_block, int) or not 1 <= int8_block <= 1 << 20:
@@ -191,8 +195,12 @@ class ModelSync:
         """steps, syncs, sent_bytes (what this rank handed to collectives) and
         model_bytes (float32 parameters: what DDP's all_reduce sends per step)."""
         model_bytes = sum(p.numel() for p in self.params) * 4
-        return {"steps": self.steps, "syncs": self.syncs, "sent_bytes": self._codec.sent_bytes,
-                "model_bytes": model_bytes}
+        return {
+            "steps": self.steps,
+            "syncs": self.syncs,
+            "sent_bytes": self._codec.sent_bytes,
+            "model_bytes": model_bytes,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, anchor, outer optimizer, error feedback, and a sync in flight (waited for)."""
@@ -202,18 +210,24 @@ class ModelSync:
             future.result()
             pending = {"average": average.clone(), "launched": launched.clone()}
         return {
-            "mode": self.mode, "compression": self._codec.compression, "steps": self.steps, "syncs": self.syncs,
+            "mode": self.mode,
+            "compression": self._codec.compression,
+            "steps": self.steps,
+            "syncs": self.syncs,
             "sent_bytes": self._codec.sent_bytes,
             "anchor": None if self.anchor is None else self.anchor.detach().clone(),
             # a copy: an optimizer's state_dict() holds its live buffers (momentum), which later steps change
             "outer": None if self.outer is None else copy.deepcopy(self.outer.state_dict()),
-            "error": None if self.error is None else self.error.clone(), "pending": pending,
+            "error": None if self.error is None else self.error.clone(),
+            "pending": pending,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if (state["mode"], state["compression"]) != (self.mode, self._codec.compression):
-            raise ValueError(f"fastcomm.sync: load_state_dict got mode {state['mode']!r} / compression "
-                             f"{state['compression']!r}, this ModelSync has {self.mode!r} / {self._codec.compression!r}")
+            raise ValueError(
+                f"fastcomm.sync: load_state_dict got mode {state['mode']!r} / compression "
+                f"{state['compression']!r}, this ModelSync has {self.mode!r} / {self._codec.compression!r}"
+            )
         self.steps, self.syncs, self._codec.sent_bytes = state["steps"], state["syncs"], state["sent_bytes"]
         if self.anchor is not None:
             with torch.no_grad():

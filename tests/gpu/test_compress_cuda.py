@@ -2,6 +2,7 @@
 operators against the same plain references as the CPU ones, no host
 synchronisation in any operator or in the hooks, and every hook through NCCL
 in a 1-rank group."""
+
 import datetime
 import os
 import sys

@@ -3,6 +3,7 @@
 A world-size-1 group is used so the tests run on a single GPU; NCCL runs the
 collectives and fastcomm's kernels do the packing around them.
 """
+
 import datetime
 
 import pytest
@@ -41,7 +42,9 @@ def test_cuda_pack_unaligned_offsets():
 
 @pytest.fixture
 def single_rank_group():
-    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60)
+    )
     yield fastcomm.fastcomm_backend()
     dist.destroy_process_group()
 

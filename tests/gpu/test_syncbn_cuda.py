@@ -2,6 +2,7 @@
 against the CPU ones (themselves tested against float64 references), the module
 against nn.BatchNorm*d, no host synchronisation, and the collective path
 through NCCL in a 1-rank fastcomm group."""
+
 import datetime
 import os
 import sys
@@ -9,7 +10,6 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from torch import nn
 
 import fastcomm
 from fastcomm.nn import SyncBatchNorm
@@ -96,7 +96,9 @@ def test_no_host_synchronisation():
 
 @pytest.fixture
 def single_rank_group():
-    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60)
+    )
     yield dist.group.WORLD
     dist.destroy_process_group()
 

@@ -18,6 +18,7 @@ Everything is removed on exit, on an exception and at interpreter exit
 process), the namespaces, the veths and /etc/netns/<name>. Used by
 tests/multihost and benchmarks/multihost.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -92,8 +93,25 @@ class NamespaceHosts:
             return
         # Token bucket: burst of ~2 ms at the rate (at least 256 KiB), queue of 50 ms.
         burst = max(256 << 10, _bits_per_second(self.rate) // 8 // 500)
-        _run("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device, "root", "tbf",
-             "rate", self.rate, "burst", str(burst), "latency", "50ms")
+        _run(
+            "ip",
+            "netns",
+            "exec",
+            namespace,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            device,
+            "root",
+            "tbf",
+            "rate",
+            self.rate,
+            "burst",
+            str(burst),
+            "latency",
+            "50ms",
+        )
 
     def _make(self) -> None:
         _run("ip", "netns", "add", self.switch)
@@ -109,8 +127,21 @@ class NamespaceHosts:
             _run("ip", "netns", "add", name)
             self._made.append(name)
             port = f"p{h}"
-            _run("ip", "link", "add", INTERFACE + f"x{h}", "netns", name, "type", "veth", "peer", "name", port,
-                 "netns", self.switch)
+            _run(
+                "ip",
+                "link",
+                "add",
+                INTERFACE + f"x{h}",
+                "netns",
+                name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                self.switch,
+            )
             _run("ip", "-n", name, "link", "set", INTERFACE + f"x{h}", "name", INTERFACE)
             _run("ip", "-n", name, "addr", "add", f"{address(h)}/24", "dev", INTERFACE)
             _run("ip", "-n", name, "link", "set", INTERFACE, "up")
@@ -120,19 +151,34 @@ class NamespaceHosts:
             self._shape(name, INTERFACE)
             self._shape(self.switch, port)
 
-    def launch(self, host: int, argv: list[str], env: dict | None = None, cwd: str | None = None,
-               stdout=None, stderr=None) -> subprocess.Popen:
+    def launch(
+        self, host: int, argv: list[str], env: dict | None = None, cwd: str | None = None, stdout=None, stderr=None
+    ) -> subprocess.Popen:
         """Starts `argv` on `host`: in its network namespace, under its hostname, with its own
         /dev/shm and pid namespace (everything started there dies with the returned process's
         group), GLOO_SOCKET_IFNAME set to its interface unless `env` sets it."""
         environment = dict(os.environ if env is None else env)
         environment.setdefault("GLOO_SOCKET_IFNAME", INTERFACE)
-        script = (f'hostname {self.hostnames[host]} && mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm '
-                  '&& exec "$@"')
-        command = ["ip", "netns", "exec", self.names[host], "unshare", "--uts", "--mount", "--pid", "--fork",
-                   "--kill-child", "--mount-proc", "sh", "-c", script, "sh", *argv]
-        proc = subprocess.Popen(command, env=environment, cwd=cwd, stdout=stdout, stderr=stderr,
-                                start_new_session=True)
+        script = f'hostname {self.hostnames[host]} && mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm && exec "$@"'
+        command = [
+            "ip",
+            "netns",
+            "exec",
+            self.names[host],
+            "unshare",
+            "--uts",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *argv,
+        ]
+        proc = subprocess.Popen(command, env=environment, cwd=cwd, stdout=stdout, stderr=stderr, start_new_session=True)
         self._procs.append(proc)
         return proc
 
@@ -154,8 +200,15 @@ class NamespaceHosts:
         for name in self.names:
             shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 
-    def torchrun(self, layout: list[int], program: list[str], cwd: str, timeout: float, env: dict | None = None,
-                 port: int = 29400) -> tuple[list[int | None], list[str]]:
+    def torchrun(
+        self,
+        layout: list[int],
+        program: list[str],
+        cwd: str,
+        timeout: float,
+        env: dict | None = None,
+        port: int = 29400,
+    ) -> tuple[list[int | None], list[str]]:
         """Runs `program` (a Python script and its arguments) with torchrun on hosts
         0..len(layout)-1, layout[h] ranks on host h, as a user would (c10d
         rendezvous at host 0); waits at most `timeout` seconds. Returns each
@@ -165,8 +218,16 @@ class NamespaceHosts:
         procs = []
         for h, nproc in enumerate(layout):
             with open(logs[h], "w") as log:
-                procs.append(self.launch(h, torchrun_command(len(layout), h, nproc, program, port), env=environment,
-                                         cwd=cwd, stdout=log, stderr=subprocess.STDOUT))
+                procs.append(
+                    self.launch(
+                        h,
+                        torchrun_command(len(layout), h, nproc, program, port),
+                        env=environment,
+                        cwd=cwd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.2)
@@ -188,10 +249,16 @@ def torchrun_command(hosts: int, host: int, nproc: int, program: list[str], port
     it hosts the store (is_host) and every host its own address (--local-addr,
     which torchrun hands the workers as the master address)."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={hosts}", f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={address(0)}:{port}", "--rdzv-id=fastcomm",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={hosts}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={address(0)}:{port}",
+        "--rdzv-id=fastcomm",
         f"--rdzv-conf=is_host={1 if host == 0 else 0}",
-        f"--local-addr={address(host)}", "--max-restarts=0",
+        f"--local-addr={address(host)}",
+        "--max-restarts=0",
         *program,
     ]

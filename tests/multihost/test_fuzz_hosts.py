@@ -3,6 +3,7 @@ with torchrun as users launch: 2 hosts of 2 ranks (hierarchical; no mismatches
 drawn, since one breaks a hierarchical group) and 2 hosts of 1 rank (Gloo
 between them, every call compared first; mismatches drawn). Needs root;
 skipped elsewhere."""
+
 import os
 import sys
 import tempfile
@@ -25,8 +26,15 @@ OPS = 30
 
 @pytest.mark.parametrize("layout, mismatches", [([2, 2], False), ([1, 1], True)], ids=["2+2", "1+1"])
 def test_fuzz_on_separate_hosts(layout, mismatches):
-    program = [os.path.join(MULTIPROC, "programs", "fuzz.py"), "env", "env", "env", "11", str(OPS),
-               "1" if mismatches else "0"]
+    program = [
+        os.path.join(MULTIPROC, "programs", "fuzz.py"),
+        "env",
+        "env",
+        "env",
+        "11",
+        str(OPS),
+        "1" if mismatches else "0",
+    ]
     with tempfile.TemporaryDirectory(prefix="fastcomm-nsfuzz-") as out_dir:
         os.chmod(out_dir, 0o777)
         with namespace_hosts.NamespaceHosts(len(layout)) as hosts:

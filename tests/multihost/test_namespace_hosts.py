@@ -8,6 +8,7 @@ Layouts: 2+2 ranks (2 hosts of 2) and 2+1 (hosts of different sizes). One job
 per layout runs every check in turn; each test reads one check's result.
 Needs root; skipped elsewhere.
 """
+
 import json
 import os
 import sys

@@ -4,6 +4,7 @@ a former name with its current one raises), compression_stats() counts what
 torch's counts, ModelSync takes process_group=, register() leads to
 gradient_as_bucket_view=True and the arena in one INFO line, and
 enable_ddp_arena() puts DDP's buckets in the arena."""
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,7 @@ from fastcomm.sync import ModelSync
 # PowerSGD at rank 2 from the first step, error feedback and warm start on: every
 # matrix of TeacherNet is compressed (fc2 and fc3 batched), the biases are not.
 OLD_NAMES = {"rank": 2, "start_step": 0, "error_feedback": True, "seed": 5}
-TORCH_NAMES = {"matrix_approximation_rank": 2, "start_powerSGD_iter": 0, "use_error_feedback": True,
-               "random_seed": 5}
+TORCH_NAMES = {"matrix_approximation_rank": 2, "start_powerSGD_iter": 0, "use_error_feedback": True, "random_seed": 5}
 
 
 def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,8 +71,13 @@ def powersgd_torch_names_match_old_names(rank, world_size):
         old, old_state = _train_powersgd(rank, lambda: hooks.PowerSGDState(None, **OLD_NAMES))
         assert _deprecations(caught) == [
             f"fastcomm.hooks powersgd: {old}= is deprecated, use {new}="
-            for old, new in [("rank", "matrix_approximation_rank"), ("start_step", "start_powerSGD_iter"),
-                             ("error_feedback", "use_error_feedback"), ("seed", "random_seed")]]
+            for old, new in [
+                ("rank", "matrix_approximation_rank"),
+                ("start_step", "start_powerSGD_iter"),
+                ("error_feedback", "use_error_feedback"),
+                ("seed", "random_seed"),
+            ]
+        ]
         caught.clear()
         made, _ = _train_powersgd(rank, lambda: hooks.make_state("powersgd", None, **OLD_NAMES))
         assert len(_deprecations(caught)) == 4
@@ -94,12 +99,18 @@ def powersgd_torch_names_match_old_names(rank, world_size):
 def powersgd_former_names_refused_with_current_ones(rank, world_size):
     import pytest
 
-    for call in (lambda: hooks.PowerSGDState(None, 4, rank=4),
-                 lambda: hooks.PowerSGDState(rank=4, matrix_approximation_rank=1),
-                 lambda: hooks.make_state("powersgd", None, rank=4, matrix_approximation_rank=1)):
-        with pytest.raises(TypeError, match=re.escape(
+    for call in (
+        lambda: hooks.PowerSGDState(None, 4, rank=4),
+        lambda: hooks.PowerSGDState(rank=4, matrix_approximation_rank=1),
+        lambda: hooks.make_state("powersgd", None, rank=4, matrix_approximation_rank=1),
+    ):
+        with pytest.raises(
+            TypeError,
+            match=re.escape(
                 "fastcomm.hooks powersgd: got both rank= (deprecated) and matrix_approximation_rank=; "
-                "pass matrix_approximation_rank= only")):
+                "pass matrix_approximation_rank= only"
+            ),
+        ):
             call()
     with pytest.raises(TypeError, match="got both seed= .deprecated. and random_seed="):
         hooks.PowerSGDState(seed=1, random_seed=1)
@@ -120,10 +131,18 @@ def powersgd_state_reads_like_torchs(rank, world_size):
     import pytest
 
     state = hooks.PowerSGDState()
-    assert (state.process_group, state.matrix_approximation_rank, state.start_powerSGD_iter,
-            state.min_compression_rate, state.use_error_feedback, state.warm_start,
-            state.orthogonalization_epsilon, state.random_seed, state.compression_stats_logging_frequency,
-            state.batch_tensors_with_same_shape) == (None, 1, 1000, 2, True, True, 0, 0, 10_000, True)
+    assert (
+        state.process_group,
+        state.matrix_approximation_rank,
+        state.start_powerSGD_iter,
+        state.min_compression_rate,
+        state.use_error_feedback,
+        state.warm_start,
+        state.orthogonalization_epsilon,
+        state.random_seed,
+        state.compression_stats_logging_frequency,
+        state.batch_tensors_with_same_shape,
+    ) == (None, 1, 1000, 2, True, True, 0, 0, 10_000, True)
     assert not hasattr(state, "rank")
     with pytest.raises(AttributeError, match="the approximation rank is matrix_approximation_rank"):
         state.rank
@@ -134,10 +153,18 @@ def powersgd_state_reads_like_torchs(rank, world_size):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(12, 24), nn.Tanh(), nn.Linear(24, 5))
     ddp = DDP(model)
-    state = hooks.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2,
-                                min_compression_rate=2, use_error_feedback=True, warm_start=True,
-                                orthogonalization_epsilon=0, random_seed=0, compression_stats_logging_frequency=1,
-                                batch_tensors_with_same_shape=False)
+    state = hooks.PowerSGDState(
+        process_group=None,
+        matrix_approximation_rank=2,
+        start_powerSGD_iter=2,
+        min_compression_rate=2,
+        use_error_feedback=True,
+        warm_start=True,
+        orthogonalization_epsilon=0,
+        random_seed=0,
+        compression_stats_logging_frequency=1,
+        batch_tensors_with_same_shape=False,
+    )
     ddp.register_comm_hook(state, hooks.powersgd_hook)
     for step in range(5):
         ddp.zero_grad()
@@ -244,7 +271,8 @@ def model_sync_takes_process_group(rank, world_size):
             warnings.simplefilter("always")
             sync = ModelSync(model, period=2, **kwargs)
         assert _deprecations(caught) == (
-            ["fastcomm.sync: group= is deprecated, use process_group="] if "group" in kwargs else [])
+            ["fastcomm.sync: group= is deprecated, use process_group="] if "group" in kwargs else []
+        )
         assert sync.process_group is group
         for step in range(1, 5):
             _local_step(model, rank, step)
@@ -254,6 +282,8 @@ def model_sync_takes_process_group(rank, world_size):
                 assert torch.equal(_flat(model), expected), f"step {step}: not the average"
         results.append(_flat(model))
     assert torch.equal(results[0], results[1])
-    with pytest.raises(TypeError, match=re.escape(
-            "fastcomm.sync: got both group= (deprecated) and process_group=; pass process_group= only")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("fastcomm.sync: got both group= (deprecated) and process_group=; pass process_group= only"),
+    ):
         ModelSync(_model(), process_group=group, group=group)

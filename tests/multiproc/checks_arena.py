@@ -5,6 +5,7 @@ references, DDP's buckets in the arena with DDP_DISABLE_COMM_MEM=0 and FSDP2's
 communication buffers with set_allocate_memory_from_process_group_for_comm(True),
 each with the same results as without, memory returned, a rank without an arena
 tensor refused on every rank."""
+
 from __future__ import annotations
 
 import gc
@@ -74,8 +75,8 @@ def gather_and_scatter_in_place(rank, world_size):
             for q in range(world_size):
                 assert_equal(outs[q], everyone[q], f"arena all_gather list {dtype} x{numel} from {q}")
             out = backend.allocate_tensor(world_size * numel, dtype)  # FSDP2: input = own block of the output
-            out[rank * numel:(rank + 1) * numel].copy_(mine)
-            dist.all_gather_into_tensor(out, out[rank * numel:(rank + 1) * numel])
+            out[rank * numel : (rank + 1) * numel].copy_(mine)
+            dist.all_gather_into_tensor(out, out[rank * numel : (rank + 1) * numel])
             assert_equal(out, torch.cat(everyone), f"arena all_gather in place {dtype} x{numel}")
             calls_gather += 3
             for op in (R.SUM, R.MAX, R.AVG):
@@ -84,7 +85,7 @@ def gather_and_scatter_in_place(rank, world_size):
                 inp.copy_(full[rank])
                 got = torch.zeros(numel, dtype=dtype)
                 dist.reduce_scatter_tensor(got, inp, op=op)
-                want = reduce_reference(full, op, dtype)[rank * numel:(rank + 1) * numel]
+                want = reduce_reference(full, op, dtype)[rank * numel : (rank + 1) * numel]
                 assert_equal(got, want, f"arena reduce_scatter_tensor {dtype} {op} x{numel}")
                 assert_equal(inp, full[rank], "the input is left as it was")
                 calls_scatter += 1
@@ -118,8 +119,12 @@ def fsdp2_buffers_in_arena(rank, world_size):
             opt.step()
         return [p.full_tensor().clone() for p in model.parameters()]
 
-    used = lambda: (backend.algorithm_counts().get("allgather_shm_arena", 0),  # noqa: E731
-                    backend.algorithm_counts().get("reduce_scatter_shm_arena", 0))
+    def used():
+        return (
+            backend.algorithm_counts().get("allgather_shm_arena", 0),
+            backend.algorithm_counts().get("reduce_scatter_shm_arena", 0),
+        )
+
     plain = train(False)
     before = used()
     arena = train(True)
@@ -201,9 +206,11 @@ def arena_on_some_ranks_only(rank, world_size):
     backend = fastcomm.fastcomm_backend()
     t = backend.allocate_tensor(100_000) if rank == 0 else torch.zeros(100_000)  # above the arena's minimum
     u = backend.allocate_tensor(world_size * 40_000) if rank == 0 else torch.zeros(world_size * 40_000)
-    calls = [("all_reduce", lambda: dist.all_reduce(t)),
-             ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(torch.zeros(world_size * 100_000), t)),
-             ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(torch.zeros(40_000), u))]
+    calls = [
+        ("all_reduce", lambda: dist.all_reduce(t)),
+        ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(torch.zeros(world_size * 100_000), t)),
+        ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(torch.zeros(40_000), u)),
+    ]
     for name, call in calls:
         try:
             call()

@@ -2,6 +2,7 @@
 set to 1 MiB for these checks): the call returns before peers arrive, the engine still runs every op in
 issue order (queued ones, inline ones after them, and ones issued by a queued op's
 callback), and the queue's thread ends with the group."""
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,9 @@ def ddp_on_the_queue(rank, world_size):
         try:
             torch.manual_seed(0)
             model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 8))
-            local = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else m
-                                    for m in model])
+            local = nn.Sequential(
+                *[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else m for m in model]
+            )
             local.load_state_dict(model.state_dict())
             ddp = DDP(model, bucket_cap_mb=4)
             g = torch.Generator().manual_seed(rank)

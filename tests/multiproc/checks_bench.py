@@ -1,5 +1,6 @@
 """fastcomm-bench's specs at world sizes 2 and 3: every collective, dtype and op
 checks clean on fastcomm, and a corrupted result on one rank is counted on all."""
+
 import torch.distributed as dist
 
 from fastcomm.bench.collectives import COLLECTIVES, DTYPES, OPS
@@ -16,8 +17,12 @@ def every_collective_clean(rank, world_size):
     control = dist.new_group(backend="gloo")
     for name in COLLECTIVES:
         rows = sweep(_cfg(name), {"fastcomm": dist.group.WORLD}, control)
-        bad = [(r.dtype, r.op, r.size, m.wrong, m.error) for r in rows["fastcomm"] for m in (r.out_of_place, r.in_place)
-               if m is not None and (m.wrong or m.error)]
+        bad = [
+            (r.dtype, r.op, r.size, m.wrong, m.error)
+            for r in rows["fastcomm"]
+            for m in (r.out_of_place, r.in_place)
+            if m is not None and (m.wrong or m.error)
+        ]
         assert not bad, f"{name}: {bad[:5]}"
     dist.destroy_process_group(control)
 

@@ -4,6 +4,7 @@ outnumber them returns ops' threads to that CPU while the host is quiet; a child
 forked from a bound rank gets the CPUs back; ops of at least
 FASTCOMM_SHM_UNBOUND_MIN_BYTES run free; a waiter moves a preempted peer onto
 its CPU (runs in a RankPool)."""
+
 import os
 import subprocess
 import sys

@@ -1,6 +1,7 @@
 """Calls that differ between ranks on the paths that reach Gloo
 (csrc/algorithms/call_check.h): every rank raises "ranks disagree", nothing is
 returned as a result, and the group still works afterwards."""
+
 from __future__ import annotations
 
 import torch
@@ -30,23 +31,20 @@ def mismatched_calls(rank, world_size):
     n = world_size
     cases = [
         # all_reduce (an all_gather underneath) against all_gather_into_tensor
-        (lambda: dist.all_reduce(torch.ones(8)),
-         lambda: dist.all_gather_into_tensor(torch.zeros(8 * n), torch.ones(8))),
+        (
+            lambda: dist.all_reduce(torch.ones(8)),
+            lambda: dist.all_gather_into_tensor(torch.zeros(8 * n), torch.ones(8)),
+        ),
         # the same bytes, other dtypes
-        (lambda: dist.all_reduce(torch.ones(4)),
-         lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32))),
+        (lambda: dist.all_reduce(torch.ones(4)), lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32))),
         # SUM against MAX
-        (lambda: dist.all_reduce(torch.ones(4)),
-         lambda: dist.all_reduce(torch.ones(4), op=R.MAX)),
+        (lambda: dist.all_reduce(torch.ones(4)), lambda: dist.all_reduce(torch.ones(4), op=R.MAX)),
         # large: Gloo's all_reduce against a broadcast of the same tensor
-        (lambda: dist.all_reduce(torch.ones(1 << 18)),
-         lambda: dist.broadcast(torch.ones(1 << 18), src=0)),
+        (lambda: dist.all_reduce(torch.ones(1 << 18)), lambda: dist.broadcast(torch.ones(1 << 18), src=0)),
         # other sizes (Gloo itself aborts the process there)
-        (lambda: dist.all_reduce(torch.ones(1 << 18)),
-         lambda: dist.all_reduce(torch.ones((1 << 18) + 1))),
+        (lambda: dist.all_reduce(torch.ones(1 << 18)), lambda: dist.all_reduce(torch.ones((1 << 18) + 1))),
         # rooted: another root
-        (lambda: dist.broadcast(torch.ones(1 << 18), src=0),
-         lambda: dist.broadcast(torch.ones(1 << 18), src=1)),
+        (lambda: dist.broadcast(torch.ones(1 << 18), src=0), lambda: dist.broadcast(torch.ones(1 << 18), src=1)),
     ]
     messages = []
     for mine_on_zero, mine_elsewhere in cases:
@@ -81,7 +79,9 @@ def legitimate_calls_pass(rank, world_size):
     out = torch.zeros(n * rows)
     splits = [rows] * n if rank == 0 else None
     dist.all_to_all_single(out, inp, output_split_sizes=splits, input_split_sizes=splits)
-    expected = torch.cat([torch.arange(rank * rows, (rank + 1) * rows, dtype=torch.float32) + 100 * s for s in range(n)])
+    expected = torch.cat(
+        [torch.arange(rank * rows, (rank + 1) * rows, dtype=torch.float32) + 100 * s for s in range(n)]
+    )
     assert torch.equal(out, expected), out
     t = torch.full((1 << 18,), float(rank + 1))
     work = dist.all_reduce(t, async_op=True)
@@ -91,15 +91,15 @@ def legitimate_calls_pass(rank, world_size):
     _still_works(rank, world_size)
 
 
-
 def unpaired_alltoall_splits(rank, world_size):
     """all_to_all_single whose splits do not pair up: rank 0 expects two rows
     from rank 1, which sends one (Gloo alone aborts the process)."""
     n = world_size
     out_splits = [1, 2] + [1] * (n - 2) if rank == 0 else [1] * n
     out = torch.zeros(sum(out_splits))
-    message = _expect_disagreement(lambda: dist.all_to_all_single(
-        out, torch.ones(n), output_split_sizes=out_splits, input_split_sizes=[1] * n))
+    message = _expect_disagreement(
+        lambda: dist.all_to_all_single(out, torch.ones(n), output_split_sizes=out_splits, input_split_sizes=[1] * n)
+    )
     assert "rank 1 sends 4 bytes to rank 0, which expects 8 bytes from it" in message, message
     _still_works(rank, world_size)
     return message
@@ -119,8 +119,12 @@ def paired_uneven_alltoall(rank, world_size):
     if rank == 0:
         dist.all_to_all_single(out, inp)
     else:
-        dist.all_to_all_single(out, inp, output_split_sizes=[rows(r, rank) for r in range(n)],
-                               input_split_sizes=[rows(rank, q) for q in range(n)])
+        dist.all_to_all_single(
+            out,
+            inp,
+            output_split_sizes=[rows(r, rank) for r in range(n)],
+            input_split_sizes=[rows(rank, q) for q in range(n)],
+        )
     assert torch.equal(out, expected), (out, expected)
     outs = [torch.zeros(rows(r, rank), 2) for r in range(n)]
     dist.all_to_all(outs, [torch.full((rows(rank, q), 2), float(100 * rank + q)) for q in range(n)])

@@ -1,5 +1,6 @@
 """Checks run on every rank of a RankPool (see harness.py): each collective
 against an exact reference, for every dtype and reduce op fastcomm supports."""
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,9 @@ def all_reduce_through_the_backend_object(rank, world_size):
             options.reduceOp = op
             work = backend.allreduce([t], options)
         work.wait()
-        want = reduce_reference([rank_input(r, (5,), torch.float32) for r in range(world_size)], op or R.SUM,
-                                torch.float32)
+        want = reduce_reference(
+            [rank_input(r, (5,), torch.float32) for r in range(world_size)], op or R.SUM, torch.float32
+        )
         assert_equal(t, want, f"backend.allreduce {op}")
         assert work.is_completed() and work.is_success()
         assert_equal(work.get_future().wait()[0], want, f"backend.allreduce {op} future")
@@ -59,7 +61,9 @@ def all_reduce_layouts(rank, world_size):
         assert_equal(base[:, 0], rank_input(rank, (6, 4), dtype)[:, 0], "untouched column")
     cl = rank_input(rank, (2, 3, 4, 5), torch.float32).to(memory_format=torch.channels_last)
     dist.all_reduce(cl, op=R.MAX)
-    ref = reduce_reference([rank_input(r, (2, 3, 4, 5), torch.float32) for r in range(world_size)], R.MAX, torch.float32)
+    ref = reduce_reference(
+        [rank_input(r, (2, 3, 4, 5), torch.float32) for r in range(world_size)], R.MAX, torch.float32
+    )
     assert_equal(cl.contiguous(), ref, "channels_last")
     big = rank_input(rank, (1 << 20,), torch.float32)
     dist.all_reduce(big)
@@ -94,7 +98,9 @@ def all_reduce_async(rank, world_size):
     works = [dist.all_reduce(x, async_op=True) for x in tensors]
     for i, (x, w) in enumerate(zip(tensors, works)):
         w.wait()
-        ref = reduce_reference([rank_input(r, (3,), torch.int32, salt=i) for r in range(world_size)], R.SUM, torch.int32)
+        ref = reduce_reference(
+            [rank_input(r, (3,), torch.int32, salt=i) for r in range(world_size)], R.SUM, torch.int32
+        )
         assert_equal(x, ref, f"in flight {i}")
 
 
@@ -121,8 +127,12 @@ def large_all_reduce_single_copy(rank, world_size):
     assert names.index("allreduce_shm_single_copy") < names.index("allreduce_shm_twoshot"), names
     top = min(high, 8 << 20)
     before, calls = used("allreduce_shm_single_copy"), 0
-    for dtype, numel in ((torch.float32, max(low // 4, 1_200_007 // world_size)), (torch.bfloat16, low // 2 + 3),
-                         (torch.int64, top // 8), (torch.int8, low + 1)):
+    for dtype, numel in (
+        (torch.float32, max(low // 4, 1_200_007 // world_size)),
+        (torch.bfloat16, low // 2 + 3),
+        (torch.int64, top // 8),
+        (torch.int8, low + 1),
+    ):
         for op in ops_for(dtype):
             t = rank_input(rank, (numel,), dtype)
             dist.all_reduce(t, op=op)
@@ -144,8 +154,9 @@ def large_all_reduce_single_copy(rank, world_size):
     calls += 1
     got = work.get_future().wait()[0]
     work.wait()
-    expected = reduce_reference([rank_input(r, (low // 4 + 5,), torch.float32) for r in range(world_size)], R.SUM,
-                                torch.float32)
+    expected = reduce_reference(
+        [rank_input(r, (low // 4 + 5,), torch.float32) for r in range(world_size)], R.SUM, torch.float32
+    )
     assert_equal(got, expected, "single-copy future")
     assert_equal(t, expected, "single-copy async in place")
     assert used("allreduce_shm_single_copy") == before + calls, (calls, backend.algorithm_counts())
@@ -160,7 +171,9 @@ def large_all_reduce_single_copy(rank, world_size):
     a.fill_(rank + 1)
     dist.all_reduce(a)
     assert torch.equal(a, torch.full_like(a, float(world_size * (world_size + 1) // 2)))
-    assert (used("allreduce_shm_twoshot"), used("allreduce_shm_arena")) == (twoshot + past, arena + 1), backend.algorithm_counts()
+    assert (used("allreduce_shm_twoshot"), used("allreduce_shm_arena")) == (twoshot + past, arena + 1), (
+        backend.algorithm_counts()
+    )
     assert used("allreduce_shm_single_copy") == before + calls
 
 
@@ -182,14 +195,16 @@ def reused_tensors_move_into_huge_pages(rank, world_size):
         return
     used = lambda: backend.algorithm_counts().get("allreduce_shm_single_copy", 0)  # noqa: E731
     counts = fastcomm._C.huge_page_counts
-    expected = reduce_reference([rank_input(r, (numel,), torch.float32) for r in range(world_size)], R.SUM,
-                                torch.float32)
+    expected = reduce_reference(
+        [rank_input(r, (numel,), torch.float32) for r in range(world_size)], R.SUM, torch.float32
+    )
     memory, t, blocks = float_tensor_in_own_mapping(numel, 4096 + 64)
     address = t.data_ptr()
     once = rank_input(rank, (numel,), torch.float32)
     small = rank_input(rank, (config.shm_huge_pages_min_bytes // 4 - 1,), torch.float32)
-    small_expected = reduce_reference([rank_input(r, small.shape, torch.float32) for r in range(world_size)], R.SUM,
-                                      torch.float32)
+    small_expected = reduce_reference(
+        [rank_input(r, small.shape, torch.float32) for r in range(world_size)], R.SUM, torch.float32
+    )
     before, ops = counts(), used()
     results = []
     for _ in range(2):  # under the minimum: never
@@ -270,7 +285,9 @@ def reduce_scatter(rank, world_size):
             full = rank_input(rank, (world_size * 3, 2), dtype)
             out = torch.zeros(3, 2, dtype=dtype)
             dist.reduce_scatter_tensor(out, full, op=op)
-            ref_full = reduce_reference([rank_input(r, (world_size * 3, 2), dtype) for r in range(world_size)], op, dtype)
+            ref_full = reduce_reference(
+                [rank_input(r, (world_size * 3, 2), dtype) for r in range(world_size)], op, dtype
+            )
             assert_equal(out, ref_full[rank * 3 : rank * 3 + 3], f"reduce_scatter_tensor {dtype} {op}")
 
 
@@ -297,18 +314,18 @@ def large_gather_and_scatter(rank, world_size):
         for r in range(world_size):
             assert_equal(outs[r], everyone[r], f"all_gather {dtype} x{numel} from {r}")
         flat = torch.zeros(world_size * numel, dtype=dtype)
-        flat[rank * numel:(rank + 1) * numel] = mine
-        dist.all_gather_into_tensor(flat, flat[rank * numel:(rank + 1) * numel])  # in place
+        flat[rank * numel : (rank + 1) * numel] = mine
+        dist.all_gather_into_tensor(flat, flat[rank * numel : (rank + 1) * numel])  # in place
         assert_equal(flat, torch.cat(everyone), f"all_gather_into_tensor in place {dtype} x{numel}")
         for op in (R.SUM, R.MAX):
             full = [rank_input(r, (world_size * numel,), dtype, salt=1) for r in range(world_size)]
             ref = reduce_reference(full, op, dtype)
             out = torch.zeros(numel, dtype=dtype)
             dist.reduce_scatter_tensor(out, full[rank], op=op)
-            assert_equal(out, ref[rank * numel:(rank + 1) * numel], f"reduce_scatter_tensor {dtype} {op} x{numel}")
+            assert_equal(out, ref[rank * numel : (rank + 1) * numel], f"reduce_scatter_tensor {dtype} {op} x{numel}")
             out = torch.zeros(numel, dtype=dtype)
             dist.reduce_scatter(out, list(full[rank].chunk(world_size)), op=op)
-            assert_equal(out, ref[rank * numel:(rank + 1) * numel], f"reduce_scatter {dtype} {op} x{numel}")
+            assert_equal(out, ref[rank * numel : (rank + 1) * numel], f"reduce_scatter {dtype} {op} x{numel}")
         calls += 1
     if gather != "gloo_fallback":  # (Gloo's adapters count their own sub-collectives)
         assert used(gather) == before_gather + 2 * calls, (gather, backend.algorithm_counts())
@@ -330,8 +347,12 @@ def large_all_to_all(rank, world_size):
         if split == "even":
             dist.all_to_all_single(out, inp)
         else:
-            dist.all_to_all_single(out, inp, output_split_sizes=[count(s, rank) for s in range(world_size)],
-                                   input_split_sizes=[count(rank, d) for d in range(world_size)])
+            dist.all_to_all_single(
+                out,
+                inp,
+                output_split_sizes=[count(s, rank) for s in range(world_size)],
+                input_split_sizes=[count(rank, d) for d in range(world_size)],
+            )
         assert_equal(out, expected, f"all_to_all_single {split} splits")
     if path != "gloo_fallback":
         assert backend.algorithm_counts()[path] == before + 2, (path, backend.algorithm_counts())
@@ -384,8 +405,11 @@ def all_to_all_single(rank, world_size):
         out = torch.zeros_like(inp)
         dist.all_to_all_single(out, inp)
         assert_equal(out, torch.cat([_block(s, rank, 2, dtype) for s in range(world_size)]), f"even {dtype}")
+
         # uneven: src sends (src + dst + 1) rows to dst, some peers get 0 rows from rank 0 when dst == 0? no: >= 1
-        rows = lambda s, d: (s + 2 * d) % 3  # includes zero-row splits
+        def rows(s, d):
+            return (s + 2 * d) % 3  # includes zero-row splits
+
         inp = torch.cat([_block(rank, d, rows(rank, d), dtype) for d in range(world_size)])
         expected = torch.cat([_block(s, rank, rows(s, rank), dtype) for s in range(world_size)])
         out = torch.zeros_like(expected)
@@ -400,7 +424,10 @@ def all_to_all_single(rank, world_size):
 
 def all_to_all(rank, world_size):
     for dtype in DTYPES:
-        rows = lambda s, d: (s + 2 * d) % 3 + 1
+
+        def rows(s, d):
+            return (s + 2 * d) % 3 + 1
+
         inputs = [_block(rank, d, rows(rank, d), dtype) for d in range(world_size)]
         outputs = [torch.zeros(rows(s, rank), 2, dtype=dtype) for s in range(world_size)]
         dist.all_to_all(outputs, inputs)
@@ -500,7 +527,9 @@ def coalesced(rank, world_size):
     tensors = [rank_input(rank, s, torch.int16, salt=i) for i, s in enumerate(shapes)]
     dist.all_reduce_coalesced(tensors, op=R.MAX)
     for i, (t, shape) in enumerate(zip(tensors, shapes)):
-        ref = reduce_reference([rank_input(r, shape, torch.int16, salt=i) for r in range(world_size)], R.MAX, torch.int16)
+        ref = reduce_reference(
+            [rank_input(r, shape, torch.int16, salt=i) for r in range(world_size)], R.MAX, torch.int16
+        )
         assert_equal(t, ref, f"all_reduce_coalesced {i}")
     # mixed dtypes through the coalescing manager: packed per dtype
     dtypes = [torch.float32, torch.int64, torch.float32, torch.bfloat16]
@@ -517,22 +546,39 @@ def coalesced(rank, world_size):
         dist.all_reduce(a, op=R.AVG)
         dist.all_reduce(b, op=R.AVG)
     cm.wait()
-    assert_equal(a, reduce_reference([rank_input(r, (4,), torch.float64) for r in range(world_size)], R.AVG, torch.float64), "cm a")
-    assert_equal(b, reduce_reference([rank_input(r, (6,), torch.float64, salt=1) for r in range(world_size)], R.AVG, torch.float64), "cm b")
+    assert_equal(
+        a,
+        reduce_reference([rank_input(r, (4,), torch.float64) for r in range(world_size)], R.AVG, torch.float64),
+        "cm a",
+    )
+    assert_equal(
+        b,
+        reduce_reference([rank_input(r, (6,), torch.float64, salt=1) for r in range(world_size)], R.AVG, torch.float64),
+        "cm b",
+    )
     ins = [rank_input(rank, (2,), torch.int32), rank_input(rank, (3,), torch.int32, salt=5)]
     outs = [torch.zeros(2 * world_size, dtype=torch.int32), torch.zeros(3 * world_size, dtype=torch.int32)]
     with dist._coalescing_manager():
         for o, i in zip(outs, ins):
             dist.all_gather_into_tensor(o, i)
     assert_equal(outs[0], torch.cat([rank_input(r, (2,), torch.int32) for r in range(world_size)]), "cm all_gather 0")
-    assert_equal(outs[1], torch.cat([rank_input(r, (3,), torch.int32, salt=5) for r in range(world_size)]), "cm all_gather 1")
-    ins = [rank_input(rank, (2 * world_size,), torch.float32), rank_input(rank, (3 * world_size,), torch.float32, salt=2)]
+    assert_equal(
+        outs[1], torch.cat([rank_input(r, (3,), torch.int32, salt=5) for r in range(world_size)]), "cm all_gather 1"
+    )
+    ins = [
+        rank_input(rank, (2 * world_size,), torch.float32),
+        rank_input(rank, (3 * world_size,), torch.float32, salt=2),
+    ]
     outs = [torch.zeros(2), torch.zeros(3)]
     with dist._coalescing_manager():
         for o, i in zip(outs, ins):
             dist.reduce_scatter_tensor(o, i)
     for k, (n, salt) in enumerate([(2, 0), (3, 2)]):
-        full = reduce_reference([rank_input(r, (n * world_size,), torch.float32, salt=salt) for r in range(world_size)], R.SUM, torch.float32)
+        full = reduce_reference(
+            [rank_input(r, (n * world_size,), torch.float32, salt=salt) for r in range(world_size)],
+            R.SUM,
+            torch.float32,
+        )
         assert_equal(outs[k], full[rank * n : rank * n + n], f"cm reduce_scatter {k}")
 
 
@@ -680,7 +726,9 @@ def _small_all_reduce_path(backend, rank, world_size):
     used = lambda name: backend.algorithm_counts().get(name, 0)  # noqa: E731
     before = used(small)
     x = torch.randn(1000, generator=torch.Generator().manual_seed(rank), dtype=torch.float32)
-    inputs = [torch.randn(1000, generator=torch.Generator().manual_seed(r), dtype=torch.float32) for r in range(world_size)]
+    inputs = [
+        torch.randn(1000, generator=torch.Generator().manual_seed(r), dtype=torch.float32) for r in range(world_size)
+    ]
     dist.all_reduce(x)
     assert used(small) == before + (1 if limit >= x.nbytes else 0), (small, limit, before, used(small))
     torch.testing.assert_close(x, sum(t.double() for t in inputs).float(), rtol=1e-6, atol=1e-6)

@@ -1,4 +1,5 @@
 """Checks that exercise the rank pool itself (harness.py)."""
+
 import torch
 import torch.distributed as dist
 

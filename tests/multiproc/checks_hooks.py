@@ -2,6 +2,7 @@
 fastcomm.hooks.reference (fed the very buckets DDP handed the hook on every
 rank), error feedback's invariant, the stats counters, DDP options, mixed
 dtypes, checkpoints, option checks, and training convergence."""
+
 from __future__ import annotations
 
 import io
@@ -189,7 +190,11 @@ def lowprec_hooks_match_mean(rank, world_size, backend):
     fp16/bf16 the mean to their precision, ranks bitwise identical."""
     group = group_of(backend)
     results = {}
-    for name, dtype, tol in [("allreduce", torch.float64, 1e-12), ("fp16", torch.float32, 2e-3), ("bf16", torch.float32, 1.6e-2)]:
+    for name, dtype, tol in [
+        ("allreduce", torch.float64, 1e-12),
+        ("fp16", torch.float32, 2e-3),
+        ("bf16", torch.float32, 1.6e-2),
+    ]:
         torch.manual_seed(0)
         ddp = _ddp(Net(dtype), backend)
         state = hooks.make_state(name, group)
@@ -287,8 +292,7 @@ def powersgd_low_rank_and_exact_on_rank1(rank, world_size):
     torch.manual_seed(0)
     lin = nn.Linear(20, 30, bias=False)
     ddp = _ddp(lin, "fastcomm")
-    state = hooks.register(ddp, "powersgd", matrix_approximation_rank=1, start_powerSGD_iter=0,
-                           use_error_feedback=False)
+    hooks.register(ddp, "powersgd", matrix_approximation_rank=1, start_powerSGD_iter=0, use_error_feedback=False)
     u, v = torch.randn(30), torch.randn(20)
     # loss = u^T W v: gradient u v^T, rank 1, the same on every rank
     (u @ ddp(v.view(1, 20)).view(30)).backward()
@@ -312,8 +316,18 @@ def powersgd_low_rank_and_exact_on_rank1(rank, world_size):
     assert state2.stats()["wire_bytes"] == 4 * 3 * (30 + 20)
 
 
-def train(rank, world_size, name, steps, options=None, backend="fastcomm", dtype=torch.float32, lr=0.1, momentum=0.9,
-          **ddp_kwargs):
+def train(
+    rank,
+    world_size,
+    name,
+    steps,
+    options=None,
+    backend="fastcomm",
+    dtype=torch.float32,
+    lr=0.1,
+    momentum=0.9,
+    **ddp_kwargs,
+):
     """The convergence check's training: a fixed teacher task, each rank its own
     shard, SGD with momentum; returns the global eval loss every 10 steps, and
     asserts the ranks' parameters identical at the end."""
@@ -341,8 +355,11 @@ def train(rank, world_size, name, steps, options=None, backend="fastcomm", dtype
 def ddp_options(rank, world_size, name, option):
     """no_sync accumulation, static_graph, gradient_as_bucket_view: training with the
     hook keeps the ranks identical; the lossless hook matches plain DDP."""
-    kwargs = {"static_graph": {"static_graph": True}, "gradient_as_bucket_view": {"gradient_as_bucket_view": True},
-              "no_sync": {}}[option]
+    kwargs = {
+        "static_graph": {"static_graph": True},
+        "gradient_as_bucket_view": {"gradient_as_bucket_view": True},
+        "no_sync": {},
+    }[option]
     results = []
     for hook_name in (name, "none"):
         torch.manual_seed(0)
@@ -464,15 +481,22 @@ def bad_options_register_nothing(rank, world_size):
 
     ddp = _ddp(Net(), "fastcomm")
     cases = [
-        ("powersgd", {"matrix_approximation_rank": 0},
-         "fastcomm.hooks powersgd: matrix_approximation_rank must be an integer >= 1, got 0"),
+        (
+            "powersgd",
+            {"matrix_approximation_rank": 0},
+            "fastcomm.hooks powersgd: matrix_approximation_rank must be an integer >= 1, got 0",
+        ),
         ("topk", {"ratio": 0.0}, r"fastcomm.hooks topk: ratio must be in \(0, 1\], got 0.0"),
         ("topk", {"ratio": 1.5}, r"fastcomm.hooks topk: ratio must be in \(0, 1\], got 1.5"),
         ("int8", {"block_size": -3}, "fastcomm.hooks int8: block_size must be an integer >= 1, got -3"),
         ("sign", {"error_feedback": 1}, "fastcomm.hooks sign: error_feedback must be True or False, got 1"),
         ("fp16", {"ratio": 0.1}, "fastcomm.hooks fp16: unknown option.s. ratio; valid: none"),
         ("topk", {"rank": 2}, "fastcomm.hooks topk: unknown option.s. rank; valid: ratio, error_feedback"),
-        ("lz4", {}, "fastcomm.hooks.register: unknown hook 'lz4'; choose one of allreduce, fp16, bf16, int8, topk, sign, powersgd"),
+        (
+            "lz4",
+            {},
+            "fastcomm.hooks.register: unknown hook 'lz4'; choose one of allreduce, fp16, bf16, int8, topk, sign, powersgd",
+        ),
     ]
     for name, options, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -529,8 +553,12 @@ def comm_buffers_in_arena(rank, world_size):
     import fastcomm
 
     backend = fastcomm.fastcomm_backend()
-    expected_paths = {"int8": ("allgather_shm_arena",), "topk": ("allgather_shm_arena",),
-                      "sign": ("allgather_shm_arena",), "powersgd": ("allreduce_shm_arena", "allreduce_shm_oneshot")}
+    expected_paths = {
+        "int8": ("allgather_shm_arena",),
+        "topk": ("allgather_shm_arena",),
+        "sign": ("allgather_shm_arena",),
+        "powersgd": ("allreduce_shm_arena", "allreduce_shm_oneshot"),
+    }
 
     def count(paths):
         return sum(backend.algorithm_counts().get(p, 0) for p in paths)
@@ -546,7 +574,9 @@ def comm_buffers_in_arena(rank, world_size):
             counts_before, blocks_before = count(paths), backend.arena_stats()["blocks"]
             for step in range(3):
                 ddp.zero_grad()
-                ddp(torch.randn(8, 512, generator=torch.Generator().manual_seed(step * 10 + rank))).square().sum().backward()
+                ddp(
+                    torch.randn(8, 512, generator=torch.Generator().manual_seed(step * 10 + rank))
+                ).square().sum().backward()
             used = count(paths) - counts_before
             blocks = backend.arena_stats()["blocks"] - blocks_before
             if group_backend == "gloo":

@@ -4,6 +4,7 @@ statement of its definition (core/collective.h LowPrecisionWire), on every
 topology, through the path the topology should take (peers' tensors read and
 written by cross-memory attach from single copy's minimum on one host), on
 arena tensors read in place too; bad arguments; the hooks use it, on DDP's arena buckets too."""
+
 from __future__ import annotations
 
 import torch
@@ -21,7 +22,9 @@ from checks_errors import _expect_error, _group_still_works
 def _input(rank: int, numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """Random values of every magnitude: some beyond float16 (clamped), inf and NaN, zeros."""
     g = torch.Generator().manual_seed(seed * 100 + rank)
-    x = torch.randn(numel, generator=g, dtype=torch.float64) * torch.exp(torch.randn(numel, generator=g, dtype=torch.float64) * 4)
+    x = torch.randn(numel, generator=g, dtype=torch.float64) * torch.exp(
+        torch.randn(numel, generator=g, dtype=torch.float64) * 4
+    )
     if numel > 10:
         x[3] = 1e6 * (rank + 1)
         x[5] = float("inf") if rank == 0 else 1.0
@@ -111,17 +114,30 @@ def bad_arguments(rank, world_size):
     what is wrong, raised before anything is sent; the group works afterwards."""
     backend = fastcomm.fastcomm_backend()
     op = lambda t, dtype=torch.float16, scale=1.0, limit=65504.0, clamped=None: (  # noqa: E731
-        backend.all_reduce_low_precision(t, dtype, scale, limit, clamped).wait())
+        backend.all_reduce_low_precision(t, dtype, scale, limit, clamped).wait()
+    )
     op_name = "fastcomm all_reduce_low_precision: "
     cases = [
-        (lambda: op(torch.ones(4, dtype=torch.int32)), op_name + "the tensor must be float32, float64, float16 or bfloat16, got Int"),
+        (
+            lambda: op(torch.ones(4, dtype=torch.int32)),
+            op_name + "the tensor must be float32, float64, float16 or bfloat16, got Int",
+        ),
         (lambda: op(torch.ones(4, 2)[:, 0]), op_name + "the tensor must be contiguous"),
-        (lambda: op(torch.ones(4), dtype=torch.float32), op_name + "the wire dtype must be float16 or bfloat16, got Float"),
+        (
+            lambda: op(torch.ones(4), dtype=torch.float32),
+            op_name + "the wire dtype must be float16 or bfloat16, got Float",
+        ),
         (lambda: op(torch.ones(4), scale=float("inf")), op_name + "scale must be finite"),
         (lambda: op(torch.ones(4), limit=0.0), op_name + "limit must be positive"),
         (lambda: op(torch.ones(4), limit=float("nan")), op_name + "limit must be positive"),
-        (lambda: op(torch.ones(4), clamped=torch.zeros(2, dtype=torch.long)), op_name + "clamped must be a one-element int64 CPU tensor"),
-        (lambda: op(torch.ones(4), clamped=torch.zeros(1)), op_name + "clamped must be a one-element int64 CPU tensor, got Float"),
+        (
+            lambda: op(torch.ones(4), clamped=torch.zeros(2, dtype=torch.long)),
+            op_name + "clamped must be a one-element int64 CPU tensor",
+        ),
+        (
+            lambda: op(torch.ones(4), clamped=torch.zeros(1)),
+            op_name + "clamped must be a one-element int64 CPU tensor, got Float",
+        ),
     ]
     for fn, pattern in cases:
         _expect_error(fn, pattern)
@@ -202,8 +218,9 @@ def on_arena_tensors(rank, world_size):
     inputs = [_input(r, 700_000, torch.float32, 7) for r in range(world_size)]
     view.copy_(inputs[rank])
     backend.all_reduce_low_precision(view, torch.bfloat16, 0.5, float("inf")).wait()
-    torch.testing.assert_close(view, expected(inputs, torch.bfloat16, 0.5, float("inf"))[0], rtol=0, atol=0,
-                               equal_nan=True)
+    torch.testing.assert_close(
+        view, expected(inputs, torch.bfloat16, 0.5, float("inf"))[0], rtol=0, atol=0, equal_nan=True
+    )
     assert torch.count_nonzero(big[:7]) == 0 and torch.count_nonzero(big[700_007:]) == 0
     in_place += view.nbytes >= min_bytes
     assert in_place > 0
@@ -263,7 +280,9 @@ def arena_on_some_ranks_only(rank, world_size):
     try:
         backend.all_reduce_low_precision(t, torch.float16, 0.5, 65504.0).wait()
     except RuntimeError as e:
-        assert re.search(r"fastcomm all_reduce_low_precision: ranks disagree on the collective: .*arena tensor", str(e)), str(e)
+        assert re.search(
+            r"fastcomm all_reduce_low_precision: ranks disagree on the collective: .*arena tensor", str(e)
+        ), str(e)
     else:
         raise AssertionError("no error")
     _group_still_works(world_size)

@@ -6,6 +6,7 @@ Sizes straddle the channel's geometry (transport/shm/layout.h: 8 slots of
 128 KiB, 64 B of header each): empty, one element, one chunk exactly, one
 byte over, and messages larger than the whole ring.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,19 +43,26 @@ def sizes_and_dtypes(rank, world_size):
     for nbytes in [0, 4, 4 * 33, CHUNK_BYTES, CHUNK_BYTES + 4, 3 * CHUNK_BYTES + 12, RING_BYTES + 4096, 5 << 20]:
         numel = nbytes // 4
         got = torch.full((numel,), -1.0)
-        reqs = [dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt),
-                dist.irecv(got, src=prv)]
+        reqs = [dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt), dist.irecv(got, src=prv)]
         for req in reqs:
             req.wait()
         assert_equal(got, _message(prv, rank, numel, torch.float32), f"ring of {nbytes} B")
     for dtype in [torch.float64, torch.bfloat16, torch.int64, torch.uint8, torch.bool, torch.float8_e4m3fn]:
         numel = 1000
-        send = _message(rank, nxt, numel, torch.int64).to(dtype) if dtype != torch.bool else _message(rank, nxt, numel, dtype)
+        send = (
+            _message(rank, nxt, numel, torch.int64).to(dtype)
+            if dtype != torch.bool
+            else _message(rank, nxt, numel, dtype)
+        )
         got = torch.zeros(numel, dtype=dtype)
         reqs = [dist.isend(send, dst=nxt), dist.irecv(got, src=prv)]
         for req in reqs:
             req.wait()
-        expected = _message(prv, rank, numel, torch.int64).to(dtype) if dtype != torch.bool else _message(prv, rank, numel, dtype)
+        expected = (
+            _message(prv, rank, numel, torch.int64).to(dtype)
+            if dtype != torch.bool
+            else _message(prv, rank, numel, dtype)
+        )
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{dtype}: bytes differ"
 
 
@@ -63,8 +71,11 @@ def large_isends_before_receives(rank, world_size):
     collective, and only then posts its receives, waiting for them in an
     order that is not the send order: nothing may deadlock."""
     numel = (RING_BYTES * 3) // 4 + 17
-    sends = [dist.isend(_message(rank, dst, numel, torch.float32), dst=dst, tag=5)
-             for dst in range(world_size) if dst != rank]
+    sends = [
+        dist.isend(_message(rank, dst, numel, torch.float32), dst=dst, tag=5)
+        for dst in range(world_size)
+        if dst != rank
+    ]
     t = torch.ones(3)
     dist.all_reduce(t)
     assert_equal(t, torch.full((3,), float(world_size)), "all_reduce between isend and irecv")
@@ -253,8 +264,10 @@ def subgroup_and_wait_timeout(rank, world_size):
     if rank in (0, last):
         peer = last - rank
         got = torch.zeros(70000)
-        works = [dist.isend(_message(rank, peer, 70000, torch.float32), group=sub, group_dst=1 if rank == 0 else 0),
-                 dist.irecv(got, group=sub, group_src=1 if rank == 0 else 0)]
+        works = [
+            dist.isend(_message(rank, peer, 70000, torch.float32), group=sub, group_dst=1 if rank == 0 else 0),
+            dist.irecv(got, group=sub, group_src=1 if rank == 0 else 0),
+        ]
         for w in works:
             w.wait()
         assert_equal(got, _message(peer, rank, 70000, torch.float32), "subgroup message")

@@ -9,6 +9,7 @@ two) stays within 53 bits and is exact, in any order. The pipeline's per-microba
 and its gradients (summed over microbatches, scaled by 1/M) must therefore
 equal the unsplit model's bit for bit.
 """
+
 from __future__ import annotations
 
 import torch
@@ -86,7 +87,8 @@ def _check(rank: int, world_size: int, schedule_name: str) -> None:
         for p, q in zip(mine, want):
             assert p.grad is not None, f"{schedule_name}: stage {s} has no gradient"
             assert torch.equal(p.grad, q.grad), (
-                f"{schedule_name}: stage {s} gradient differs by {(p.grad - q.grad).abs().max().item()}")
+                f"{schedule_name}: stage {s} gradient differs by {(p.grad - q.grad).abs().max().item()}"
+            )
     dist.barrier()
 
 

@@ -2,6 +2,7 @@
 of a RankPool: a new group on a host whose Yama scope reads 1 (a file given to
 the check: this kernel may have no Yama) declares the ranks' launcher, and
 single copy stays exact, in all_reduce and in send/recv."""
+
 from __future__ import annotations
 
 import os

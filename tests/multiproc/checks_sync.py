@@ -2,6 +2,7 @@
 the inputs make them exact (integer-valued parameters and changes), the
 error-feedback invariant for the compressed modes, the one-round-late rule of
 async_op, checkpoints, DDP inside a host, and option errors."""
+
 from __future__ import annotations
 
 import torch
@@ -68,7 +69,9 @@ def incremental_without_compression_matches_full(rank, world_size):
         before = _flat(model)
         if sync.step():
             expected = torch.stack(_gather(before, world_size)).sum(0) / world_size
-            if world_size != 3:  # division by 3 rounds: mean(params) and start + mean(change) may differ in the last bit
+            if (
+                world_size != 3
+            ):  # division by 3 rounds: mean(params) and start + mean(change) may differ in the last bit
                 assert torch.equal(_flat(model), expected), f"step {step}"
             else:
                 torch.testing.assert_close(_flat(model), expected, rtol=0, atol=1e-5)
@@ -135,8 +138,15 @@ def checkpoint_resumes_exactly(rank, world_size, async_op):
         return out
 
     def make(model):
-        return ModelSync(model, period=2, mode="incremental", compression="int8", int8_block=4, async_op=async_op,
-                         outer_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.7, momentum=0.9, nesterov=True))
+        return ModelSync(
+            model,
+            period=2,
+            mode="incremental",
+            compression="int8",
+            int8_block=4,
+            async_op=async_op,
+            outer_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.7, momentum=0.9, nesterov=True),
+        )
 
     model = _model()
     sync = make(model)

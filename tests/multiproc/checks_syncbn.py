@@ -1,8 +1,8 @@
 """fastcomm.nn.SyncBatchNorm on ranks as processes, against nn.BatchNorm*d run
 in one process on the concatenated global batch (syncbn_reference.py)."""
+
 from __future__ import annotations
 
-import copy
 import re
 
 import torch
@@ -57,7 +57,11 @@ def matches_batchnorm(
     ref = batchnorm_class(1 + len(feature_shape))(channels, dtype=torch.float64, **kwargs)
     # float32 also against torch's own float32 batch norm, where its float32 sums are still exact to 1e-5
     per_channel = sum(sizes) * int(torch.tensor(feature_shape[1:]).prod())
-    ref32 = batchnorm_class(1 + len(feature_shape))(channels, **kwargs) if dtype == torch.float32 and per_channel <= 4096 else None
+    ref32 = (
+        batchnorm_class(1 + len(feature_shape))(channels, **kwargs)
+        if dtype == torch.float32 and per_channel <= 4096
+        else None
+    )
     for module in (ours, ref, ref32):
         if module is not None:
             init_affine(module)
@@ -74,7 +78,9 @@ def matches_batchnorm(
             torch.testing.assert_close(dx, dx32[mine], rtol=1e-5, atol=1e-5)
             if affine:
                 for name in ("weight", "bias"):
-                    torch.testing.assert_close(_summed_over_ranks(getattr(ours, name).grad), getattr(ref32, name).grad, rtol=1e-5, atol=1e-5)
+                    torch.testing.assert_close(
+                        _summed_over_ranks(getattr(ours, name).grad), getattr(ref32, name).grad, rtol=1e-5, atol=1e-5
+                    )
                     getattr(ref32, name).grad = None
             if track_running_stats:
                 torch.testing.assert_close(ours.running_var, ref32.running_var, rtol=1e-5, atol=1e-5)
@@ -156,7 +162,9 @@ def ddp_training(rank, world_size, steps=3, local_batch=4):
         ref_opt.step()
     ours = dict(model.module.named_parameters()) | dict(model.module.named_buffers())
     for name, expected in list(reference.named_parameters()) + list(reference.named_buffers()):
-        torch.testing.assert_close(ours[name].detach(), expected.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            ours[name].detach(), expected.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}"
+        )
         gathered = [torch.empty_like(ours[name]) for _ in range(world_size)]
         dist.all_gather(gathered, ours[name].detach().contiguous())
         assert all(torch.equal(t, gathered[0]) for t in gathered), f"{name} differs between ranks"

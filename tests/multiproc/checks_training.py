@@ -1,9 +1,9 @@
 """Training on fastcomm: DDP parity with single-process training, DDP options,
 torch's own comm hooks, FSDP2, torch.compile with functional collectives, and
 TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+
 from __future__ import annotations
 
-import copy
 
 import torch
 import torch.distributed as dist
@@ -142,7 +142,9 @@ def fsdp2(rank, world_size):
         nn.functional.mse_loss(model(_local(x, rank)), _local(y, rank)).backward()
         opt.step()
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
-        torch.testing.assert_close(p.full_tensor().detach(), q.detach(), rtol=1e-10, atol=1e-12, msg=lambda m: f"FSDP2 {name}: {m}")
+        torch.testing.assert_close(
+            p.full_tensor().detach(), q.detach(), rtol=1e-10, atol=1e-12, msg=lambda m: f"FSDP2 {name}: {m}"
+        )
 
 
 def compiled_functional_collectives(rank, world_size, backend="aot_eager"):

@@ -1,6 +1,7 @@
 """Checks of the fastcomm::compress_* operators against fastcomm.hooks.reference,
 shared by tests/unit (CPU) and tests/gpu (CUDA): each takes the device the
 operator runs on; the reference always runs on CPU."""
+
 from __future__ import annotations
 
 import torch

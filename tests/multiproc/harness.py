@@ -11,6 +11,7 @@ marked broken (its processes are killed) and the fixture makes a new one for the
 next test: a rank that stopped early skipped collectives its peers then waited
 for, so the group is out of step and later checks on it would fail too.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -53,8 +54,10 @@ def single_copy_env(world_size: int) -> tuple:
     (3 and 4 ranks here). 2 ranks also queue from 64 KiB (the op queue). One
     definition, so the tests that use it share the pools (each pool's ranks
     stay alive for the session: more pools, more memory)."""
-    env = (("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", str(256 << 10)),
-           ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", str(4 << 20)))
+    env = (
+        ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", str(256 << 10)),
+        ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", str(4 << 20)),
+    )
     if world_size == 2:
         env += (("FASTCOMM_SHM_ASYNC_MIN_BYTES", "65536"),)
     return env
@@ -101,7 +104,8 @@ class RankPool:
         if errors:
             self.close(kill=True)
             raise AssertionError(
-                f"{fn.__name__} failed on ranks {sorted(errors)}:\n" + "\n".join(f"--- rank {r}:\n{tb}" for r, tb in errors.items())
+                f"{fn.__name__} failed on ranks {sorted(errors)}:\n"
+                + "\n".join(f"--- rank {r}:\n{tb}" for r, tb in errors.items())
             )
         return [outcomes[r][1] for r in range(self.world_size)]
 
@@ -125,9 +129,12 @@ def run_ranks(argv_of_rank: Callable[[int], list[str]], envs: list[dict], timeou
     stderr, once all ended; every one is killed by `timeout` seconds."""
     import subprocess
 
-    procs = [subprocess.Popen(argv_of_rank(rank), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, **extra})
-             for rank, extra in enumerate(envs)]
+    procs = [
+        subprocess.Popen(
+            argv_of_rank(rank), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **extra}
+        )
+        for rank, extra in enumerate(envs)
+    ]
     outputs = []
     try:
         for p in procs:

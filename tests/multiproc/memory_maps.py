@@ -1,5 +1,6 @@
 """What this process's memory mappings hold, from /proc/self/smaps (checks of
 the huge-page moves: transport/shm/huge_pages.h)."""
+
 from __future__ import annotations
 
 import mmap

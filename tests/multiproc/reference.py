@@ -4,6 +4,7 @@ Inputs are small integers (1..3, or alternating bools), so sums and products of
 up to 3 ranks are exact in every dtype, including float16, bfloat16 and int8;
 references are computed in float64/int64 and cast once.
 """
+
 from __future__ import annotations
 
 import torch
@@ -75,7 +76,9 @@ def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Non
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     if not torch.equal(actual, expected):
-        raise AssertionError(f"{what}: values differ\nactual={actual.flatten()[:16]}\nexpected={expected.flatten()[:16]}")
+        raise AssertionError(
+            f"{what}: values differ\nactual={actual.flatten()[:16]}\nexpected={expected.flatten()[:16]}"
+        )
 
 
 def assert_ranks_identical(model: torch.nn.Module, world_size: int, what: str, group=None) -> None:

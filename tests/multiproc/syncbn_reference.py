@@ -3,6 +3,7 @@ one process on the concatenated global batch, in float64 on the same input
 values (the exact answer to float32 precision: torch's own float32 batch norm is
 off by more than 1e-5 in weight gradients summed over ~1e4 elements), and the
 tolerances per dtype."""
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """Ranks that differ in configuration: the group agrees on one plan or refuses
 on every rank (fastcomm/_agreement.py); the engine compares the algorithm of
 every op (programs/agreement.py, fresh processes per case)."""
+
 import os
 import re
 import sys
@@ -22,11 +23,14 @@ def _run(scenario: str, envs: list[dict], tmp_path, timeout: float = 120) -> dic
     return results
 
 
-@pytest.mark.parametrize("name, value, default", [
-    ("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "4096", "131072"),
-    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", "1048576", "unset (automatic)"),
-    ("FASTCOMM_SHM", "0", "True"),
-])
+@pytest.mark.parametrize(
+    "name, value, default",
+    [
+        ("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "4096", "131072"),
+        ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", "1048576", "unset (automatic)"),
+        ("FASTCOMM_SHM", "0", "True"),
+    ],
+)
 def test_an_option_set_on_one_rank_refuses_the_group_on_every_rank(tmp_path, name, value, default):
     results = _run("option_differs", [{}, {name: value}], tmp_path)
     shown = "False" if name == "FASTCOMM_SHM" else repr(int(value))

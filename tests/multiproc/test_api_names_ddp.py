@@ -1,5 +1,6 @@
 """torch's argument names on fastcomm's public API, the deprecated former names,
 and the fast DDP path's hints (checks_api_names.py)."""
+
 import checks_api_names as checks
 
 

@@ -1,4 +1,5 @@
 """The shared-memory arena (checks_arena.py)."""
+
 import checks_arena as checks
 import pytest
 
@@ -13,9 +14,16 @@ def test_gather_and_scatter_in_place(pool_of, topology):
     pool_of(topology).run(checks.gather_and_scatter_in_place)
 
 
-@pytest.mark.parametrize("check", [checks.ddp_buckets_in_arena, checks.fsdp2_buffers_in_arena,
-                                   checks.memory_returned_with_group, checks.arena_on_some_ranks_only],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "check",
+    [
+        checks.ddp_buckets_in_arena,
+        checks.fsdp2_buffers_in_arena,
+        checks.memory_returned_with_group,
+        checks.arena_on_some_ranks_only,
+    ],
+    ids=lambda c: c.__name__,
+)
 def test_arena(pool_of, check):
     pool_of("ws3").run(check)
 

@@ -1,4 +1,5 @@
 """fastcomm-bench's collective specs and #wrong detection across ranks."""
+
 import checks_bench as checks
 
 

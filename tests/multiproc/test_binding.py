@@ -1,4 +1,5 @@
 """FASTCOMM_SHM_BIND_CPUS (checks_binding.py)."""
+
 import checks_binding as checks
 
 

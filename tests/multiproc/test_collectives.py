@@ -1,4 +1,5 @@
 """Every collective on the fastcomm backend on every test topology (tests/conftest.py), exact references."""
+
 import checks_collectives as checks
 import pytest
 from harness import single_copy_env
@@ -37,7 +38,9 @@ def test_collective(topology_ranks, check):
     topology_ranks.run(check)
 
 
-@pytest.mark.parametrize("check", [checks.all_reduce, checks.all_reduce_layouts, checks.algorithm_paths], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "check", [checks.all_reduce, checks.all_reduce_layouts, checks.algorithm_paths], ids=lambda c: c.__name__
+)
 def test_all_reduce_without_allgather_path(ranks_no_allgather, check):
     """FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES=0: every all_reduce goes to Gloo's own algorithm."""
     ranks_no_allgather.run(check)

@@ -7,6 +7,7 @@ killed peer (programs/comm_failures.py, fresh processes).
 The runs start together when the first test asks for them: the late runs
 mostly wait out timeouts, the kill runs mostly start processes; the kill runs
 go one after the other (each has a process per case)."""
+
 from __future__ import annotations
 
 import os
@@ -43,9 +44,14 @@ class _Run:
         for rank, path in enumerate(self.outputs):
             with open(path, "w") as out:
                 # every CPU: a mask the test process was left with must not slow the ranks' start-up
-                self.procs.append(subprocess.Popen([sys.executable, PROGRAM, fault, f"{name}-store", str(rank), *cases],
-                                                   stdout=out, stderr=subprocess.STDOUT,
-                                                   preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count()))))
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, PROGRAM, fault, f"{name}-store", str(rank), *cases],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count())),
+                    )
+                )
 
     def finish(self) -> dict[tuple[str, str], tuple[str | None, str]]:
         """{(fault, case): (what rank 0 reported, every rank's output)}."""

@@ -1,5 +1,6 @@
 """Calls that differ between ranks on the Gloo paths, and aliasing, on the
 group layouts the backend runs (conftest.TOPOLOGIES)."""
+
 import pytest
 
 import checks_aliasing
@@ -28,8 +29,11 @@ def test_gather_against_scatter_on_one_host(pool_of):
 
 
 @pytest.mark.parametrize("topology", LAYOUTS)
-@pytest.mark.parametrize("check", [checks_aliasing.in_place_forms, checks_aliasing.other_overlaps,
-                                   checks_aliasing.overlapping_outputs_refused], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "check",
+    [checks_aliasing.in_place_forms, checks_aliasing.other_overlaps, checks_aliasing.overlapping_outputs_refused],
+    ids=lambda f: f.__name__,
+)
 def test_aliasing(pool_of, topology, check):
     pool_of(topology).run(check)
 

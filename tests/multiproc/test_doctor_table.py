@@ -2,6 +2,7 @@
 against what a separate group of ranks, written here without the doctor's
 code, launches for the same calls: the second call of each size, read from
 the backend's algorithm_counts() before and after it."""
+
 from __future__ import annotations
 
 import json
@@ -55,27 +56,50 @@ MAX_BYTES = 4 << 20
 
 def _doctor(world_size: int, *layout: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "fastcomm.doctor", "--json", "--no-probe", "--world-size", str(world_size), *layout,
-         "--max-bytes", str(MAX_BYTES), "--collectives", ",".join(COLLECTIVES)],
-        capture_output=True, text=True, timeout=300, check=True).stdout
+        [
+            sys.executable,
+            "-m",
+            "fastcomm.doctor",
+            "--json",
+            "--no-probe",
+            "--world-size",
+            str(world_size),
+            *layout,
+            "--max-bytes",
+            str(MAX_BYTES),
+            "--collectives",
+            ",".join(COLLECTIVES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
 def _separate_group(world_size: int, cases: list[str], env: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="fastcomm-doctor-test-") as tmp:
         store = os.path.join(tmp, "store")
-        output = run_ranks(lambda r: [sys.executable, "-c", RANK_PROGRAM, str(r), str(world_size), store, *cases],
-                           [env] * world_size, timeout=300)
-    results = [json.loads(line[len("RESULT "):]) for line in output.splitlines() if line.startswith("RESULT ")]
+        output = run_ranks(
+            lambda r: [sys.executable, "-c", RANK_PROGRAM, str(r), str(world_size), store, *cases],
+            [env] * world_size,
+            timeout=300,
+        )
+    results = [json.loads(line[len("RESULT ") :]) for line in output.splitlines() if line.startswith("RESULT ")]
     assert len(results) == world_size, output[-3000:]
     return results[0]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size, layout, env", [
-    (2, (), {}),
-    (4, ("--hosts", "2"), {"FASTCOMM_RANKS_PER_HOST": "2"}),
-], ids=["ws2", "ws4-2hosts"])
+@pytest.mark.parametrize(
+    "world_size, layout, env",
+    [
+        (2, (), {}),
+        (4, ("--hosts", "2"), {"FASTCOMM_RANKS_PER_HOST": "2"}),
+    ],
+    ids=["ws2", "ws4-2hosts"],
+)
 def test_table_matches_a_real_group(world_size, layout, env):
     report = _doctor(world_size, *layout)
     table = report["algorithms"]

@@ -5,6 +5,7 @@ the references through every path that reduces: one-shot, two-shot and
 reduce_scatter through the segment, the arena read in place, the native
 low-precision all_reduce through the segment and on arena tensors. The pool
 is closed when this module ends (module_pool_of in tests/conftest.py)."""
+
 import checks_arena
 import checks_collectives
 import checks_low_precision

@@ -1,4 +1,5 @@
 """Bad input is refused with a clear error and leaves the group usable."""
+
 import checks_errors as checks
 
 

@@ -5,6 +5,7 @@ and across simulated hosts. The short form runs here; the long form:
 
     python tests/multiproc/test_fuzz.py --ops 3000 --seed 7 [--ranks 3] [--env FASTCOMM_SHM=0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,20 @@ PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "
 def run_fuzz(envs: list[dict], seed: int, ops: int, mismatches: bool, store_dir: str, timeout: float) -> str:
     """Runs one fuzz rank per entry of `envs`; checks every op's outcomes agree; returns the output."""
     store = os.path.join(store_dir, "store")
-    text = run_ranks(lambda rank: [sys.executable, PROGRAM, str(rank), str(len(envs)), store, str(seed), str(ops),
-                                   "1" if mismatches else "0"], envs, timeout)
+    text = run_ranks(
+        lambda rank: [
+            sys.executable,
+            PROGRAM,
+            str(rank),
+            str(len(envs)),
+            store,
+            str(seed),
+            str(ops),
+            "1" if mismatches else "0",
+        ],
+        envs,
+        timeout,
+    )
     check_outcomes(text, len(envs), ops)
     return text
 
@@ -49,9 +62,14 @@ def check_outcomes(text: str, ranks: int, ops: int) -> None:
 # (name, per-rank extra environment, mismatches drawn)
 CASES = [
     # one host; rank 1 bound to one CPU, the options that may differ set differently per rank
-    ("one-host", [{"FASTCOMM_SHM_ASYNC_MIN_BYTES": "0", "FASTCOMM_GLOO_THREADS": "1"},
-                  {"FUZZ_BIND_ONE_CPU": "1", "FASTCOMM_SHM_ASYNC_MIN_BYTES": "65536",
-                   "FASTCOMM_SHM_BIND_CPUS": "0"}], True),
+    (
+        "one-host",
+        [
+            {"FASTCOMM_SHM_ASYNC_MIN_BYTES": "0", "FASTCOMM_GLOO_THREADS": "1"},
+            {"FUZZ_BIND_ONE_CPU": "1", "FASTCOMM_SHM_ASYNC_MIN_BYTES": "65536", "FASTCOMM_SHM_BIND_CPUS": "0"},
+        ],
+        True,
+    ),
     ("three-ranks", [{}, {"FASTCOMM_SHM_UNBOUND_MIN_BYTES": "0"}, {"FASTCOMM_SHM_BIND_CPUS": "1"}], True),
     ("engine-off", [{"FASTCOMM_SHM": "0"}] * 3, True),
     # a mismatch across hosts breaks the group (hierarchical.h): none drawn there
@@ -76,11 +94,19 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(kv.split("=", 1) for kv in args.env)
     with tempfile.TemporaryDirectory() as store_dir:
-        text = run_fuzz([env] * args.ranks, args.seed, args.ops, not args.no_mismatches, store_dir,
-                        timeout=max(600.0, args.ops * 1.0))
+        text = run_fuzz(
+            [env] * args.ranks,
+            args.seed,
+            args.ops,
+            not args.no_mismatches,
+            store_dir,
+            timeout=max(600.0, args.ops * 1.0),
+        )
     raised = len(re.findall(r"^OUTCOME 0 \d+ raised", text, re.MULTILINE))
-    print(f"{args.ops} ops on {args.ranks} ranks: every op exact on every rank or raised on every rank "
-          f"({raised} mismatches drawn, each raised everywhere)")
+    print(
+        f"{args.ops} ops on {args.ranks} ranks: every op exact on every rank or raised on every rank "
+        f"({raised} mismatches drawn, each raised everywhere)"
+    )
 
 
 if __name__ == "__main__":

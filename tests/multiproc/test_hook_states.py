@@ -1,4 +1,5 @@
 """A hook given a state that is not its own fails with a clear TypeError (checks_hook_states.py)."""
+
 import checks_hook_states as checks
 
 

@@ -1,11 +1,18 @@
 """fastcomm.hooks on 2 and 3 ranks (fastcomm and gloo groups)."""
+
 import checks_hooks as checks
 import pytest
 
 from fastcomm.hooks import HOOK_NAMES
 
-LOSSY_GATHER = [("int8", {}), ("int8", {"block_size": 7, "error_feedback": False}), ("topk", {"ratio": 0.1}),
-                ("topk", {"ratio": 1.0}), ("sign", {}), ("sign", {"error_feedback": False})]
+LOSSY_GATHER = [
+    ("int8", {}),
+    ("int8", {"block_size": 7, "error_feedback": False}),
+    ("topk", {"ratio": 0.1}),
+    ("topk", {"ratio": 1.0}),
+    ("sign", {}),
+    ("sign", {"error_feedback": False}),
+]
 
 
 @pytest.mark.parametrize("backend", ["fastcomm", "gloo"])
@@ -28,8 +35,11 @@ def test_stats(ranks2, name):
     ranks2.run(checks.stats_count_what_was_sent, name=name)
 
 
-@pytest.mark.parametrize("name, options", [("int8", {}), ("topk", {"ratio": 0.05}), ("sign", {}), ("powersgd", {"matrix_approximation_rank": 1})],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "name, options",
+    [("int8", {}), ("topk", {"ratio": 0.05}), ("sign", {}), ("powersgd", {"matrix_approximation_rank": 1})],
+    ids=lambda v: str(v),
+)
 def test_error_feedback_invariant(ranks, name, options):
     ranks.run(checks.error_feedback_invariant, name=name, options=options)
 

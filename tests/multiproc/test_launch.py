@@ -1,4 +1,5 @@
 """Launchers and timeouts, each in fresh processes."""
+
 import os
 import re
 import socket
@@ -20,8 +21,12 @@ def _free_port() -> int:
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_torchrun_env_rendezvous(nproc):
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
         os.path.join(PROGRAMS, "torchrun_job.py"),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
@@ -36,7 +41,9 @@ def test_missing_rank_errors_within_timeout(scenario, tmp_path):
     """Group timeout is 3 s: the error must come, naming a timeout, well before any hang limit."""
     out = subprocess.run(
         [sys.executable, os.path.join(PROGRAMS, "timeouts.py"), scenario, str(tmp_path / "store")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     m = re.search(r"RESULT (\d+\.\d+) (\w+): (.*)", out.stdout)
     assert m, out.stdout + out.stderr

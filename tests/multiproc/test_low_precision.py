@@ -1,4 +1,5 @@
 """The low-precision all_reduce (fp16/bf16 hooks' path on fastcomm groups) on every test topology."""
+
 import checks_low_precision as checks
 import pytest
 from harness import single_copy_env
@@ -35,7 +36,8 @@ def test_on_arena_tensors_queued(pool_of):
     pool_of(2, single_copy_env(2)).run(checks.on_arena_tensors)
 
 
-@pytest.mark.parametrize("check", [checks.hooks_on_arena_buckets, checks.arena_on_some_ranks_only],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "check", [checks.hooks_on_arena_buckets, checks.arena_on_some_ranks_only], ids=lambda c: c.__name__
+)
 def test_arena_buckets(pool_of, check):
     pool_of("ws3").run(check)

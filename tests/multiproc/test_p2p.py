@@ -1,5 +1,6 @@
 """send/recv on every test topology (tests/conftest.py): shared-memory channels on one host, Gloo otherwise;
 and on one host with single copy off (every message through the channels' rings)."""
+
 import checks_p2p as checks
 import pytest
 

@@ -1,4 +1,5 @@
 """Pipeline parallelism (torch.distributed.pipelining) on fastcomm, exact against the unsplit model."""
+
 import checks_pipeline as checks
 import pytest
 

@@ -1,5 +1,6 @@
 """Where Yama's ptrace_scope is 1, a new group's ranks declare their launcher as
 ptracer and single copy stays exact (checks_ptracer.py)."""
+
 import checks_ptracer as checks
 from harness import single_copy_env
 

@@ -5,6 +5,7 @@ exit 0 and print what the section says it prints: every line of a ```text
 block of the section, and every `X` of a sentence "... prints `X`" (once per
 rank when the sentence begins "Each rank prints"). A section that states no
 output fails: the quickstart's output must be checkable."""
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ def quickstart_section(readme_path: str, heading: str = HEADING) -> tuple[dict[s
     blocks: dict[str, list[str]] = {}
     prose: list[str] = []
     fence = None  # (language, lines) while inside a block
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if fence is None:
             if re.match(r"#{1,6} ", line):
                 break
@@ -60,8 +61,10 @@ def quickstart_script(readme_path: str, nproc: int = 2, heading: str = HEADING) 
     expected = [(line.strip(), 1) for block in blocks.get("text", []) for line in block.splitlines() if line.strip()]
     for each, text in re.findall(r"(Each rank )?prints `([^`]+)`", prose):
         expected.append((text, nproc if each else 1))
-    assert expected, (f"{readme_path}: the section under {heading!r} does not say what the quickstart prints "
-                      "(a ```text block, or a sentence \"Each rank prints `...`\")")
+    assert expected, (
+        f"{readme_path}: the section under {heading!r} does not say what the quickstart prints "
+        '(a ```text block, or a sentence "Each rank prints `...`")'
+    )
     return python[0], expected
 
 
@@ -77,8 +80,15 @@ def run_quickstart(readme_path: str, workdir: str, nproc: int = 2) -> subprocess
     path = os.path.join(workdir, "quickstart.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(script)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", path]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        path,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=workdir)
 
 
@@ -87,7 +97,9 @@ def test_readme_quickstart_runs(tmp_path):
     out = run_quickstart(README, str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     for text, times in expected:
-        assert out.stdout.count(text) >= times, f"{text!r} printed {out.stdout.count(text)} times, not {times}:\n{out.stdout}"
+        assert out.stdout.count(text) >= times, (
+            f"{text!r} printed {out.stdout.count(text)} times, not {times}:\n{out.stdout}"
+        )
 
 
 SAMPLE = """# A project
@@ -126,13 +138,17 @@ def test_extraction_follows_the_contract(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(SAMPLE)
     assert quickstart_script(str(readme), nproc=3) == (
-        '# train.py: a comment, not a heading\nprint("hello")\n', [("hello", 1), ("hello", 3), ("done", 1)])
+        '# train.py: a comment, not a heading\nprint("hello")\n',
+        [("hello", 1), ("hello", 3), ("done", 1)],
+    )
     readme.write_text(SAMPLE.replace("It prints:", "```python\nprint(2)\n```"))
     with pytest.raises(AssertionError, match="2 python blocks under '## Quickstart', the contract is one"):
         quickstart_script(str(readme))
     readme.write_text(SAMPLE.replace("## Quickstart", "## Start"))
     with pytest.raises(AssertionError, match="no heading '## Quickstart'"):
         quickstart_script(str(readme))
-    readme.write_text(SAMPLE.replace("```text\nhello\n```", "").replace("Each rank prints `hello`; rank 0 prints `done`.", ""))
+    readme.write_text(
+        SAMPLE.replace("```text\nhello\n```", "").replace("Each rank prints `hello`; rank 0 prints `done`.", "")
+    )
     with pytest.raises(AssertionError, match="does not say what the quickstart prints"):
         quickstart_script(str(readme))

@@ -1,4 +1,5 @@
 """Faults of the shared-memory engine, each in fresh processes (programs/shm_faults.py)."""
+
 import json
 import os
 import re
@@ -15,7 +16,9 @@ PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 def _run(scenario: str, world_size: int, tmp_path, shm_lines: int = 1) -> tuple[str, dict[int, list[str]]]:
     out = subprocess.run(
         [sys.executable, os.path.join(PROGRAMS, "shm_faults.py"), scenario, str(tmp_path / "store"), str(world_size)],
-        capture_output=True, text=True, timeout=150,
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     text = out.stdout + out.stderr
     results: dict[int, list[str]] = {}
@@ -57,7 +60,9 @@ def test_dead_peer_in_single_copy_all_reduce(tmp_path):
     assert sorted(results) == [0], text
     seconds, error = _seconds_and_error(results[0][0])
     assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
-    assert re.search(r"rank 1 \(pid \d+\) on this host exited while rank 0 (waited for it|read its tensor|wrote its tensor)", error), text
+    assert re.search(
+        r"rank 1 \(pid \d+\) on this host exited while rank 0 (waited for it|read its tensor|wrote its tensor)", error
+    ), text
     assert seconds < 10.0, text
 
 
@@ -69,9 +74,12 @@ def test_silent_peer_fails_every_live_rank_within_timeout(tmp_path):
     for rank in (0, 1):
         seconds, error = _seconds_and_error(results[rank][0])
         assert error.startswith("DistBackendError: fastcomm all_reduce:"), text
-        assert re.search(r"^DistBackendError: fastcomm all_reduce: timed out after 3000 ms waiting for rank\(s\) 2 |"
-                         r"stopped waiting: rank [01] gave up on a collective: timed out after 3000 ms waiting for "
-                         r"rank\(s\) 2 ", error), text
+        assert re.search(
+            r"^DistBackendError: fastcomm all_reduce: timed out after 3000 ms waiting for rank\(s\) 2 |"
+            r"stopped waiting: rank [01] gave up on a collective: timed out after 3000 ms waiting for "
+            r"rank\(s\) 2 ",
+            error,
+        ), text
         assert 2.5 < seconds < 6.0, text
 
 
@@ -82,8 +90,11 @@ def test_peer_that_leaves_the_group_fails_the_others_at_once(tmp_path):
     assert sorted(results) == [0, 1], text
     for rank in (0, 1):
         seconds, error = _seconds_and_error(results[rank][0])
-        assert re.search(r"DistBackendError: fastcomm all_reduce: rank 2 left the group \(shutdown, abort or "
-                         r"destroy_process_group\) while rank %d waited for it" % rank, error), text
+        assert re.search(
+            r"DistBackendError: fastcomm all_reduce: rank 2 left the group \(shutdown, abort or "
+            r"destroy_process_group\) while rank %d waited for it" % rank,
+            error,
+        ), text
         assert seconds < 3.0, text
 
 
@@ -115,8 +126,10 @@ def test_mismatch_across_hosts_fails_every_rank(tmp_path):
     collectives: every rank, leader or not, raises an error saying so."""
     text, results = _run("mismatch_hosts", 4, tmp_path, shm_lines=2)
     assert sorted(results) == [0, 1, 2, 3], text
-    expected = [r"ALLREDUCE of Float \(input (16|20) B.*ALLREDUCE of Float \(input (16|20) B",
-                r"(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float.*(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float"]
+    expected = [
+        r"ALLREDUCE of Float \(input (16|20) B.*ALLREDUCE of Float \(input (16|20) B",
+        r"(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float.*(_ALLGATHER_BASE|_REDUCE_SCATTER_BASE) of Float",
+    ]
     for rank in range(4):
         assert len(results[rank]) == len(expected), text
         for line, pattern in zip(results[rank], expected):
@@ -140,8 +153,15 @@ def test_dead_rank_on_another_host_is_named_everywhere(tmp_path):
     assert re.search(r"host 1 reported: .*rank 3 \(pid \d+\) on this host exited", results[0][0]), text
 
 
-SETUP_STEPS = ["after_host_keys", "after_create", "before_attach", "after_attach", "during_statuses",
-               "during_leaders", "after_setup"]
+SETUP_STEPS = [
+    "after_host_keys",
+    "after_create",
+    "before_attach",
+    "after_attach",
+    "during_statuses",
+    "during_leaders",
+    "after_setup",
+]
 
 
 @pytest.mark.parametrize("step", SETUP_STEPS)
@@ -152,7 +172,9 @@ def test_creator_killed_at_any_setup_step_leaves_nothing(step, tmp_path):
     they run or after everyone has ended (segments are memfds)."""
     out = subprocess.run(
         [sys.executable, os.path.join(PROGRAMS, "setup_kills.py"), step, str(tmp_path / "store")],
-        capture_output=True, text=True, timeout=150,
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     text = out.stdout + out.stderr
     assert "HUNG" not in out.stdout, text
@@ -173,8 +195,12 @@ def test_creator_killed_at_any_setup_step_leaves_nothing(step, tmp_path):
     [
         ("p2p_dead_peer", r"fastcomm recv: rank 1 \(pid \d+\) on this host exited with messages pending", 5.0),
         ("p2p_left_peer", r"fastcomm recv: rank 1 left the group \(shutdown, abort or destroy_process_group\)", 5.0),
-        ("p2p_silent_peer", r"fastcomm recv: rank 0's recv of 262144 B \(tag 0\) from rank 1 timed out after 3000 ms "
-                            r"with 0 of 262144 B moved", 6.0),
+        (
+            "p2p_silent_peer",
+            r"fastcomm recv: rank 0's recv of 262144 B \(tag 0\) from rank 1 timed out after 3000 ms "
+            r"with 0 of 262144 B moved",
+            6.0,
+        ),
     ],
 )
 def test_p2p_missing_peer(tmp_path, scenario, pattern, limit):
@@ -200,7 +226,9 @@ def test_p2p_size_mismatch_fails_both_sides(tmp_path):
     big = differ % (1, 2 << 20, 0, 3 << 20, 0)
     small = differ % (2, 48, 1, 40, 1)
     seconds, error = _seconds_and_error(results[0][0])
-    assert error.startswith("DistBackendError: fastcomm send: the receiver refused a message: ") and re.search(big, error), text
+    assert error.startswith("DistBackendError: fastcomm send: the receiver refused a message: ") and re.search(
+        big, error
+    ), text
     assert seconds < 5.0, text
     errors_1 = [_seconds_and_error(line)[1] for line in results[1]]
     assert len(errors_1) == 2 and re.search("RuntimeError: fastcomm recv: " + big, errors_1[0]), text
@@ -220,8 +248,13 @@ def test_single_copy_refused_falls_back(tmp_path):
     rank do a whole op alone first: that op is exact, the program tries up to 5)."""
     store_dir = tempfile.mkdtemp(prefix="fastcomm-p2p-")  # not under pytest's 0700 folders: nobody writes here
     try:
-        out = subprocess.run([sys.executable, os.path.join(PROGRAMS, "single_copy_refused.py"), store_dir],
-                             capture_output=True, text=True, timeout=150, cwd=tmp_path)
+        out = subprocess.run(
+            [sys.executable, os.path.join(PROGRAMS, "single_copy_refused.py"), store_dir],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            cwd=tmp_path,
+        )
     finally:
         shutil.rmtree(store_dir, ignore_errors=True)
     text = out.stdout + out.stderr
@@ -238,8 +271,9 @@ def test_single_copy_refused_falls_back(tmp_path):
     tries = {int(r): (int(n), e) for r, n, e in re.findall(r"REFUSED_LATER (\d) (\d) (.*)", out.stdout)}
     assert tries[0][0] == tries[1][0], tries  # both ranks saw the same op fail
     later = {str(r): e for r, (_, e) in tries.items()}
-    assert re.search(r"DistBackendError: .*cannot read rank 0's tensor \(process_vm_readv: Operation not permitted\)",
-                     later["1"]), later
+    assert re.search(
+        r"DistBackendError: .*cannot read rank 0's tensor \(process_vm_readv: Operation not permitted\)", later["1"]
+    ), later
     assert later["0"].startswith("DistBackendError: ") and "rank 1" in later["0"], later
     threads = re.findall(r"THREADS (\d) (\d+) (\d+)", out.stdout)
     assert len(threads) == 2 and all(before == after for _, before, after in threads), text  # no thread left

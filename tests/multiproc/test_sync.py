@@ -1,4 +1,5 @@
 """fastcomm.sync.ModelSync: full and incremental sync, compressed, asynchronous, checkpoints, DDP inside a host."""
+
 import checks_sync as checks
 import pytest
 

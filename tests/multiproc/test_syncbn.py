@@ -1,5 +1,6 @@
 """fastcomm.nn.SyncBatchNorm across ranks (world sizes 2 and 3) against
 nn.BatchNorm*d on the concatenated global batch."""
+
 import checks_syncbn as checks
 import pytest
 
@@ -15,7 +16,9 @@ CASES = {
     "2d_channels_last_empty_rank": dict(batch_sizes=EMPTY_RANK, feature_shape=(6, 5, 4), channels_last=True),
     "3d_channels_last": dict(batch_sizes=UNEVEN, feature_shape=(3, 3, 4, 5), channels_last=True),
     "3d": dict(batch_sizes=UNEVEN, feature_shape=(2, 3, 4, 5)),
-    "2d_large_planes": dict(batch_sizes=[2, 3, 1], feature_shape=(2, 64, 70)),  # crosses the kernels' fold and parallel thresholds
+    "2d_large_planes": dict(
+        batch_sizes=[2, 3, 1], feature_shape=(2, 64, 70)
+    ),  # crosses the kernels' fold and parallel thresholds
     "float64": dict(batch_sizes=UNEVEN, feature_shape=(3, 5, 4), dtype="float64"),
     "bfloat16": dict(batch_sizes=UNEVEN, feature_shape=(3, 5, 4), dtype="bfloat16"),
     "float16_channels_last": dict(batch_sizes=UNEVEN, feature_shape=(6, 5, 4), dtype="float16", channels_last=True),

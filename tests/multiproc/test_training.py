@@ -1,4 +1,5 @@
 """DDP, FSDP2, torch.compile and debug-mode checks on the fastcomm backend."""
+
 import checks_training as checks
 import pytest
 

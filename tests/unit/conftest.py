@@ -3,6 +3,7 @@ CPU supports (baseline always), with every CPU kernel family capped to that
 level through fastcomm's one picker (csrc/kernels/cpu/isa.h). So the baseline
 code of the reductions, conversions, int8, sign and PowerSGD kernels runs in
 CI on any CPU, and the vector code wherever the CPU has it."""
+
 import pytest
 
 LEVELS = ("baseline", "avx2", "avx512")

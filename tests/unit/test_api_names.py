@@ -2,6 +2,7 @@
 torch's PowerSGDState's arguments in torch's order with torch's defaults (one
 stated exception), and no public callable of fastcomm.hooks, fastcomm.nn or
 fastcomm.sync names a process group anything but process_group."""
+
 import inspect
 
 import pytest

@@ -2,9 +2,9 @@
 
 Subprocesses run outside the checkout (cwd=tmp_path) so `python -m fastcomm.bench` imports the
 installed fastcomm, not the source tree (whose in-place _C may be built for another torch)."""
+
 import datetime
 import json
-import os
 import subprocess
 import sys
 
@@ -17,7 +17,9 @@ from fastcomm.bench.collectives import COLLECTIVES, count_wrong, input_pattern, 
 from fastcomm.bench.harness import Measurement, Row, SweepConfig, exit_status, summary, sweep
 
 
-@pytest.mark.parametrize("text,value", [("8", 8), ("64K", 65536), ("32M", 32 << 20), ("1G", 1 << 30), ("4k", 4096), ("0", 0)])
+@pytest.mark.parametrize(
+    "text,value", [("8", 8), ("64K", 65536), ("32M", 32 << 20), ("1G", 1 << 30), ("4k", 4096), ("0", 0)]
+)
 def test_parse_size(text, value):
     assert cli.parse_size(text) == value
 
@@ -79,10 +81,19 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 def test_format_row_matches_nccl_tests_layout():
     row = Row(1048576, 262144, "float", "sum", -1, None, Measurement(123.456, 8.49, 8.49, 0))
     line = output.format_row(row)
-    assert line == "     1048576        262144     float     sum      -1      N/A     N/A     N/A    N/A    123.5    8.49    8.49      0"
-    assert output.format_time(12.3456) == "  12.35" and output.format_time(123.45) == "  123.5" and output.format_time(12345.6) == "  12346"
+    assert (
+        line
+        == "     1048576        262144     float     sum      -1      N/A     N/A     N/A    N/A    123.5    8.49    8.49      0"
+    )
+    assert (
+        output.format_time(12.3456) == "  12.35"
+        and output.format_time(123.45) == "  123.5"
+        and output.format_time(12345.6) == "  12346"
+    )
     head = output.header(["title"])
-    assert head[-2].split() == ["#", "size", "count", "type", "redop", "root"] + ["time", "algbw", "busbw", "#wrong"] * 2
+    assert (
+        head[-2].split() == ["#", "size", "count", "type", "redop", "root"] + ["time", "algbw", "busbw", "#wrong"] * 2
+    )
     ok = output.footer([row])
     assert ok[0] == "# Out of bounds values : 0 OK" and ok[1].startswith("# Avg bus bandwidth    : 8.49")
     bad = output.footer([Row(8, 2, "float", "sum", -1, Measurement(1, 1, 1, 3), None)])
@@ -91,8 +102,17 @@ def test_format_row_matches_nccl_tests_layout():
 
 def test_bus_bandwidth_factors():
     n = 4
-    expected = {"all_reduce": 1.5, "all_gather": 0.75, "reduce_scatter": 0.75, "all_to_all": 0.75,
-                "broadcast": 1.0, "reduce": 1.0, "sendrecv": 1.0, "gather": 0.75, "scatter": 0.75}
+    expected = {
+        "all_reduce": 1.5,
+        "all_gather": 0.75,
+        "reduce_scatter": 0.75,
+        "all_to_all": 0.75,
+        "broadcast": 1.0,
+        "reduce": 1.0,
+        "sendrecv": 1.0,
+        "gather": 0.75,
+        "scatter": 0.75,
+    }
     assert {name: c.bus_factor(n) for name, c in COLLECTIVES.items()} == expected
     wrong, avg = summary([Row(8, 2, "float", "sum", -1, Measurement(1, 2.0, 3.0, 0), Measurement(1, 2.0, 5.0, 0))])
     assert (wrong, avg) == (0, 4.0)
@@ -115,7 +135,9 @@ def test_count_wrong_and_exact_references():
 def one_rank():
     import fastcomm  # noqa: F401
 
-    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=30)
+    )
     yield dist.new_group(backend="gloo")
     dist.destroy_process_group()
 
@@ -158,12 +180,34 @@ def _corrupted_all_reduce(count, dtype, rank, n, op, root, in_place, device):
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_cli_end_to_end(tmp_path, nproc):
     path = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "fastcomm.bench", "reduce_scatter", "-b", "8", "-e", "1K", "-f", "4", "-n", "3",
-           "-o", "all", "-d", "all", "--nproc", str(nproc), "--json", str(path), "--compare", "gloo"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fastcomm.bench",
+        "reduce_scatter",
+        "-b",
+        "8",
+        "-e",
+        "1K",
+        "-f",
+        "4",
+        "-n",
+        "3",
+        "-o",
+        "all",
+        "-d",
+        "all",
+        "--nproc",
+        str(nproc),
+        "--json",
+        str(path),
+        "--compare",
+        "gloo",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode in (0, 1), out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert sum(l.startswith("# Out of bounds values : 0 OK") for l in lines) == 1, out.stdout  # fastcomm's
+    assert sum(line.startswith("# Out of bounds values : 0 OK") for line in lines) == 1, out.stdout  # fastcomm's
     data = json.loads(path.read_text())
     assert set(data["results"]) == {"fastcomm", "gloo"}
     assert data["results"]["fastcomm"]["summary"]["ok"]
@@ -185,8 +229,21 @@ def test_cli_under_torchrun(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={port}", "-m", "fastcomm.bench", "sendrecv", "-b", "64", "-e", "64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "-m",
+        "fastcomm.bench",
+        "sendrecv",
+        "-b",
+        "64",
+        "-e",
+        "64",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fastcomm-bench sendrecv: backend fastcomm, device cpu, 2 ranks" in out.stdout
@@ -196,8 +253,26 @@ def test_cli_under_torchrun(tmp_path):
 def test_plot_and_json_files(tmp_path):
     pytest.importorskip("matplotlib")
     png, js = tmp_path / "bw.png", tmp_path / "bw.json"
-    cmd = [sys.executable, "-m", "fastcomm.bench", "all_gather", "-b", "64", "-e", "64K", "-f", "4", "-n", "2",
-           "--compare", "gloo", "--plot", str(png), "--json", str(js)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fastcomm.bench",
+        "all_gather",
+        "-b",
+        "64",
+        "-e",
+        "64K",
+        "-f",
+        "4",
+        "-n",
+        "2",
+        "--compare",
+        "gloo",
+        "--plot",
+        str(png),
+        "--json",
+        str(js),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

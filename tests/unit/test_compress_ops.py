@@ -2,13 +2,13 @@
 references in fastcomm.hooks.reference: awkward sizes, every gradient dtype,
 with and without error feedback; payloads and sums bitwise, error buffers
 to a stated tolerance (the kernels may round x - q*scale differently)."""
+
 import math
 
 import pytest
 import torch
 
 import fastcomm  # noqa: F401  (loads the operators)
-from fastcomm.hooks import reference
 from compress_cases import DTYPES, SIZES, check_int8, check_pack_unpack, check_sign, check_topk, gradient
 
 ops = torch.ops.fastcomm
@@ -83,7 +83,9 @@ def test_topk_nan_is_sent_and_not_kept():
 
 def test_topk_sum_rejects_bad_index():
     payload = torch.tensor([[0, 0, 1, 5]], dtype=torch.int32)
-    with pytest.raises(RuntimeError, match=r"fastcomm compress_topk_sum: rank 0's payload has index 5 outside \[0, 4\)"):
+    with pytest.raises(
+        RuntimeError, match=r"fastcomm compress_topk_sum: rank 0's payload has index 5 outside \[0, 4\)"
+    ):
         ops.compress_topk_sum(payload, torch.empty(4), 1.0)
 
 
@@ -138,28 +140,48 @@ def test_results_do_not_depend_on_threads(threads):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: ops.compress_int8_quantize(torch.zeros(4, dtype=torch.int32), None, 4, False, 0),
-         "compress_int8_quantize: src must be float32, float64, bfloat16 or float16, got Int"),
-        (lambda: ops.compress_int8_quantize(torch.zeros(4), None, 0, False, 0),
-         r"compress_int8_quantize: block must be in \[1, 1048576\], got 0"),
-        (lambda: ops.compress_int8_quantize(torch.zeros(4), torch.zeros(3), 4, False, 0),
-         "compress_int8_quantize: the error-feedback buffer has 3 elements, the gradient 4"),
-        (lambda: ops.compress_topk(torch.zeros(4), torch.zeros(4, dtype=torch.float64), 1),
-         "compress_topk: the error-feedback buffer must be float32, got Double"),
+        (
+            lambda: ops.compress_int8_quantize(torch.zeros(4, dtype=torch.int32), None, 4, False, 0),
+            "compress_int8_quantize: src must be float32, float64, bfloat16 or float16, got Int",
+        ),
+        (
+            lambda: ops.compress_int8_quantize(torch.zeros(4), None, 0, False, 0),
+            r"compress_int8_quantize: block must be in \[1, 1048576\], got 0",
+        ),
+        (
+            lambda: ops.compress_int8_quantize(torch.zeros(4), torch.zeros(3), 4, False, 0),
+            "compress_int8_quantize: the error-feedback buffer has 3 elements, the gradient 4",
+        ),
+        (
+            lambda: ops.compress_topk(torch.zeros(4), torch.zeros(4, dtype=torch.float64), 1),
+            "compress_topk: the error-feedback buffer must be float32, got Double",
+        ),
         (lambda: ops.compress_topk(torch.zeros(4), None, 5), r"compress_topk: k must be in \[1, 4\], got 5"),
         (lambda: ops.compress_sign(torch.zeros(4, 4).t(), None), "compress_sign: src must be contiguous"),
-        (lambda: ops.compress_sign_sum(torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(16), 1.0),
-         r"compress_sign_sum: the gathered payloads must be \[ranks, 8\] for this output, got \[2, 3\]"),
-        (lambda: ops.compress_int8_dequantize_sum(torch.zeros(1, 8), torch.zeros(4), 4, 1.0),
-         "compress_int8_dequantize_sum: the gathered payloads must be Byte, got Float"),
-        (lambda: ops.compress_multi_tensor_pack([torch.zeros(5)], torch.zeros(4), 1.0, 1.0),
-         "compress_multi_tensor_pack: the sources hold more than dst's 4 elements"),
-        (lambda: ops.compress_multi_tensor_pack([torch.zeros(2)], torch.zeros(4), 1.0, 1.0, torch.zeros(1)),
-         "compress_multi_tensor_pack: the clamped counter must be one int64 element, got Float of 1"),
-        (lambda: ops.compress_multi_tensor_pack([torch.zeros(2)], torch.zeros(4), 1.0, -1.0),
-         "compress_multi_tensor_pack: limit must be > 0, got -1"),
-        (lambda: ops.compress_multi_tensor_unpack(torch.zeros(4), [torch.zeros(4, 4).t()], 1.0),
-         "compress_multi_tensor_unpack: each destination must be contiguous"),
+        (
+            lambda: ops.compress_sign_sum(torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(16), 1.0),
+            r"compress_sign_sum: the gathered payloads must be \[ranks, 8\] for this output, got \[2, 3\]",
+        ),
+        (
+            lambda: ops.compress_int8_dequantize_sum(torch.zeros(1, 8), torch.zeros(4), 4, 1.0),
+            "compress_int8_dequantize_sum: the gathered payloads must be Byte, got Float",
+        ),
+        (
+            lambda: ops.compress_multi_tensor_pack([torch.zeros(5)], torch.zeros(4), 1.0, 1.0),
+            "compress_multi_tensor_pack: the sources hold more than dst's 4 elements",
+        ),
+        (
+            lambda: ops.compress_multi_tensor_pack([torch.zeros(2)], torch.zeros(4), 1.0, 1.0, torch.zeros(1)),
+            "compress_multi_tensor_pack: the clamped counter must be one int64 element, got Float of 1",
+        ),
+        (
+            lambda: ops.compress_multi_tensor_pack([torch.zeros(2)], torch.zeros(4), 1.0, -1.0),
+            "compress_multi_tensor_pack: limit must be > 0, got -1",
+        ),
+        (
+            lambda: ops.compress_multi_tensor_unpack(torch.zeros(4), [torch.zeros(4, 4).t()], 1.0),
+            "compress_multi_tensor_unpack: each destination must be contiguous",
+        ),
     ],
 )
 def test_bad_arguments(call, message):
@@ -224,7 +246,12 @@ def test_powersgd_products_do_not_depend_on_threads():
 
 
 def test_powersgd_products_bad_arguments():
-    with pytest.raises(RuntimeError, match=r"fastcomm compress_powersgd_project: shapes do not match: m \[4, 5\], p \[4, 2\], q \[4, 2\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"fastcomm compress_powersgd_project: shapes do not match: m \[4, 5\], p \[4, 2\], q \[4, 2\]",
+    ):
         ops.compress_powersgd_project(torch.zeros(4, 5), torch.zeros(4, 2), torch.zeros(4, 2))
-    with pytest.raises(RuntimeError, match="fastcomm compress_powersgd_back: matrices must be contiguous 2-D float32, got Double"):
+    with pytest.raises(
+        RuntimeError, match="fastcomm compress_powersgd_back: matrices must be contiguous 2-D float32, got Double"
+    ):
         ops.compress_powersgd_back(torch.zeros(4, 5, dtype=torch.float64), torch.zeros(4, 2), torch.zeros(5, 2))

@@ -2,6 +2,7 @@
 (os, statvfs, socket) or against made-up /proc and /sys trees, the verdicts
 on given probe results, the report formats, and the algorithm table's
 reading of a run (the live comparison is tests/multiproc/test_doctor.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,6 +37,7 @@ def _status(yama: int | None, seccomp: int = 0, cap_eff: int = 0) -> dict[str, s
 
 # Machine.
 
+
 def test_cpus_are_what_the_os_says():
     item = machine.cpu_items()[0]
     assert item.data["count"] == os.cpu_count()
@@ -49,9 +51,14 @@ def test_cpu_lists_parse():
 
 
 def test_numa_nodes_from_a_fake_sys(tmp_path):
-    root = _tree(tmp_path, {"sys/devices/system/node/node0/cpulist": "0-3\n",
-                            "sys/devices/system/node/node1/cpulist": "4-7,12\n",
-                            "sys/devices/system/node/online": "0-1\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "sys/devices/system/node/node0/cpulist": "0-3\n",
+            "sys/devices/system/node/node1/cpulist": "4-7,12\n",
+            "sys/devices/system/node/online": "0-1\n",
+        },
+    )
     assert machine.numa_nodes(root) == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7, 12]}
     assert machine.numa_nodes(str(tmp_path / "nowhere")) == {}
 
@@ -81,10 +88,12 @@ def test_small_dev_shm_warns(monkeypatch):
 
 
 def test_huge_pages_from_a_fake_tree(tmp_path):
-    files = {"sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never\n",
-             "proc/meminfo": "MemTotal: 100 kB\nHugePages_Total:      16\nHugePages_Free:        8\n"
-                             "Hugepagesize:       2048 kB\n",
-             "proc/sys/kernel/osrelease": "6.8.0-45-generic\n"}
+    files = {
+        "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never\n",
+        "proc/meminfo": "MemTotal: 100 kB\nHugePages_Total:      16\nHugePages_Free:        8\n"
+        "Hugepagesize:       2048 kB\n",
+        "proc/sys/kernel/osrelease": "6.8.0-45-generic\n",
+    }
     thp, explicit = machine.huge_page_items(_tree(tmp_path / "new", files))
     assert (thp.status, thp.data) == ("ok", {"transparent": "madvise", "kernel": "6.8"})
     assert explicit.data == {"total": 16, "free": 8, "size_kb": 2048}
@@ -105,10 +114,11 @@ def test_huge_page_setting_of_this_machine():
 
 # Single copy.
 
+
 def test_readings_from_a_fake_proc(tmp_path):
     root = _tree(tmp_path, _status(yama=2, seccomp=2, cap_eff=1 << cross_memory.CAP_SYS_PTRACE))
     assert cross_memory.read(root) == cross_memory.Readings(yama_scope=2, seccomp=2, cap_sys_ptrace=True)
-    root = _tree(tmp_path / "plain", _status(yama=None, cap_eff=0x1fffeffffff ^ (1 << cross_memory.CAP_SYS_PTRACE)))
+    root = _tree(tmp_path / "plain", _status(yama=None, cap_eff=0x1FFFEFFFFFF ^ (1 << cross_memory.CAP_SYS_PTRACE)))
     assert cross_memory.read(root) == cross_memory.Readings(yama_scope=None, seccomp=0, cap_sys_ptrace=False)
 
 
@@ -128,14 +138,17 @@ def test_yama_scope_1_refuses_siblings_with_the_yama_reason(tmp_path):
     assert item.status == "off" and item.value.count("EPERM") == 2
 
 
-@pytest.mark.parametrize("scope, seccomp, cap, error, expect", [
-    (3, 0, False, errno.EPERM, "ptrace_scope=3"),
-    (2, 0, False, errno.EPERM, "ptrace_scope=2"),
-    (None, 2, False, errno.EPERM, "seccomp"),
-    (None, 0, False, errno.ENOSYS, "CONFIG_CROSS_MEMORY_ATTACH"),
-    (None, 0, False, errno.ESRCH, "pid namespace"),
-    (0, 0, False, errno.EPERM, "not dumpable"),
-])
+@pytest.mark.parametrize(
+    "scope, seccomp, cap, error, expect",
+    [
+        (3, 0, False, errno.EPERM, "ptrace_scope=3"),
+        (2, 0, False, errno.EPERM, "ptrace_scope=2"),
+        (None, 2, False, errno.EPERM, "seccomp"),
+        (None, 0, False, errno.ENOSYS, "CONFIG_CROSS_MEMORY_ATTACH"),
+        (None, 0, False, errno.ESRCH, "pid namespace"),
+        (0, 0, False, errno.EPERM, "not dumpable"),
+    ],
+)
 def test_refusals_are_explained(scope, seccomp, cap, error, expect):
     readings = cross_memory.Readings(scope, seccomp, cap)
     item = cross_memory.item(readings, cross_memory.Probe(error, "process_vm_readv"), None)
@@ -164,6 +177,7 @@ def test_the_probe_answers_as_the_settings_allow():
 
 # Network and environment.
 
+
 def test_interfaces_are_the_hosts():
     names = [i.name for i in network.interfaces()]
     assert sorted(names) == sorted(name for _, name in socket.if_nameindex())
@@ -172,11 +186,20 @@ def test_interfaces_are_the_hosts():
 
 
 def test_interfaces_from_a_fake_sys(tmp_path):
-    root = _tree(tmp_path, {"sys/class/net/eth0/flags": "0x1003\n", "sys/class/net/lo/flags": "0x9\n",
-                            "sys/class/net/down0/flags": "0x1002\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "sys/class/net/eth0/flags": "0x1003\n",
+            "sys/class/net/lo/flags": "0x9\n",
+            "sys/class/net/down0/flags": "0x1002\n",
+        },
+    )
     found = network.interfaces(root, ipv4_of={"eth0": "10.1.2.3", "lo": "127.0.0.1"}.get)
-    assert found == [network.Interface("down0", None, False), network.Interface("eth0", "10.1.2.3", True),
-                     network.Interface("lo", "127.0.0.1", True)]
+    assert found == [
+        network.Interface("down0", None, False),
+        network.Interface("eth0", "10.1.2.3", True),
+        network.Interface("lo", "127.0.0.1", True),
+    ]
 
 
 def test_gloo_address_verdicts():
@@ -203,8 +226,12 @@ def test_known_variables_are_the_options_fields():
 
 
 def test_unknown_fastcomm_variables_are_flagged():
-    items = {i.name: i for i in network.environment_items(
-        {"FASTCOMM_SHM": "0", "FASTCOMM_SHM_SLOT_BYTE": "4096", "MASTER_ADDR": "h", "HOME": "/x"})}
+    items = {
+        i.name: i
+        for i in network.environment_items(
+            {"FASTCOMM_SHM": "0", "FASTCOMM_SHM_SLOT_BYTE": "4096", "MASTER_ADDR": "h", "HOME": "/x"}
+        )
+    }
     assert set(items) == {"FASTCOMM_SHM", "FASTCOMM_SHM_SLOT_BYTE", "MASTER_ADDR"}
     assert items["FASTCOMM_SHM"].status == "info"
     assert items["FASTCOMM_SHM_SLOT_BYTE"].status == "warn"
@@ -220,6 +247,7 @@ def test_bad_options_are_refused_with_fastcomms_own_message(monkeypatch):
 
 
 # Build.
+
 
 def test_isa_is_what_the_picker_says():
     item = next(i for i in build.items() if i.name == "CPU kernels")
@@ -243,14 +271,21 @@ def test_built_for():
 
 # Report and command line.
 
+
 def test_json_has_every_section_and_field():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert cli.main(["--json", "--no-probe"]) == 0
     report = json.loads(out.getvalue())
     assert set(report) == {"items", "algorithms"} and report["algorithms"] is None
-    assert {i["section"] for i in report["items"]} == {"build", "machine", "single copy", "network", "environment",
-                                                      "algorithms"}
+    assert {i["section"] for i in report["items"]} == {
+        "build",
+        "machine",
+        "single copy",
+        "network",
+        "environment",
+        "algorithms",
+    }
     for item in report["items"]:
         assert set(item) == {"section", "name", "status", "value", "why", "fix", "note", "data"}
         assert item["status"] in ("ok", "off", "warn", "info")
@@ -259,11 +294,22 @@ def test_json_has_every_section_and_field():
 
 
 def test_text_lists_every_item():
-    items = [Item("a", "one", "ok", "fine"), Item("a", "two", "off", "no", why="because", fix="do this"),
-             Item("b", "three", "info", "x", note="n")]
+    items = [
+        Item("a", "one", "ok", "fine"),
+        Item("a", "two", "off", "no", why="because", fix="do this"),
+        Item("b", "three", "info", "x", note="n"),
+    ]
     assert to_text(items).splitlines() == [
-        "== a", "  [ok  ] one    fine", "  [off ] two    no", "                why: because",
-        "                fix: do this", "", "== b", "  [info] three  x", "                note: n"]
+        "== a",
+        "  [ok  ] one    fine",
+        "  [off ] two    no",
+        "                why: because",
+        "                fix: do this",
+        "",
+        "== b",
+        "  [info] three  x",
+        "                note: n",
+    ]
     with pytest.raises(ValueError):
         Item("a", "b", "fine", "c")
 
@@ -276,6 +322,7 @@ def test_bad_arguments_exit_2(capsys):
 
 
 # The algorithm table.
+
 
 def test_layouts():
     assert algorithms.layout(4, hosts=2) == algorithms.Layout(4, 2)
@@ -298,14 +345,29 @@ def _cell(size, steady, first=None):
     return {"bytes": size, "steady": steady, "first": first if first is not None else steady}
 
 
-def _run(rows, config=None, engine=2, host_of_rank=(), registered=(), p2p=None, huge=(0, 0), warnings=(),
-         ranks_per_host=0):
-    base = {"shm": True, "shm_allreduce_single_copy_min_bytes": 32768, "shm_allreduce_single_copy_max_bytes": 1 << 62,
-            "p2p_single_copy_bytes": 65536, "shm_arena_min_bytes": 8192, "cuda_unavailable_reason": "no NCCL"}
-    rank = {"rank": 0, "rows": rows, "registered": list(registered), "engine_local_size": engine,
-            "host_of_rank": list(host_of_rank), "config": {**base, **(config or {})}, "usable_cpus": 2,
-            "p2p": p2p, "huge_pages": {"collapsed_buffers": huge[0], "refused_buffers": huge[1]},
-            "warnings": list(warnings)}
+def _run(
+    rows, config=None, engine=2, host_of_rank=(), registered=(), p2p=None, huge=(0, 0), warnings=(), ranks_per_host=0
+):
+    base = {
+        "shm": True,
+        "shm_allreduce_single_copy_min_bytes": 32768,
+        "shm_allreduce_single_copy_max_bytes": 1 << 62,
+        "p2p_single_copy_bytes": 65536,
+        "shm_arena_min_bytes": 8192,
+        "cuda_unavailable_reason": "no NCCL",
+    }
+    rank = {
+        "rank": 0,
+        "rows": rows,
+        "registered": list(registered),
+        "engine_local_size": engine,
+        "host_of_rank": list(host_of_rank),
+        "config": {**base, **(config or {})},
+        "usable_cpus": 2,
+        "p2p": p2p,
+        "huge_pages": {"collapsed_buffers": huge[0], "refused_buffers": huge[1]},
+        "warnings": list(warnings),
+    }
     lay = {"world_size": 2, "ranks_per_host": ranks_per_host, "hosts": 2 if ranks_per_host else 1}
     return {"layout": lay, "dtype": "float32", "sizes": [], "ranks": [rank, dict(rank, rank=1)]}
 
@@ -315,24 +377,41 @@ def _notes(run, environ=None) -> dict[str, Item]:
 
 
 def test_table_ranges_join_sizes_that_ran_alike():
-    row = [{"bytes": 8, "skipped": "too small to split over the ranks"}, _cell(16, [["a", 1]]), _cell(64, [["a", 1]]),
-           _cell(256, [["b", 1]], first=[["c", 1]]), _cell(1024, [["avg_via_sum", 1], ["b", 2]])]
+    row = [
+        {"bytes": 8, "skipped": "too small to split over the ranks"},
+        _cell(16, [["a", 1]]),
+        _cell(64, [["a", 1]]),
+        _cell(256, [["b", 1]], first=[["c", 1]]),
+        _cell(1024, [["avg_via_sum", 1], ["b", 2]]),
+    ]
     assert algorithm_report.ranges(row) == [
-        ("8 B", "(too small to split over the ranks)"), ("16 B .. 64 B", "a"), ("256 B", "b   (first call: c)"),
-        ("1 KiB", "avg_via_sum > b x2")]
+        ("8 B", "(too small to split over the ranks)"),
+        ("16 B .. 64 B", "a"),
+        ("256 B", "b   (first call: c)"),
+        ("1 KiB", "avg_via_sum > b x2"),
+    ]
     assert algorithm_report.ranges([_cell(0, [["barrier_shm", 1]])]) == [("-", "barrier_shm")]
     assert algorithm_report.size_text(64 << 20) == "64 MiB" and algorithm_report.size_text(24) == "24 B"
 
 
 def test_single_copy_notes():
-    on = _run({"all_reduce": [_cell(1024, [["allreduce_shm_oneshot", 1]]),
-                              _cell(1 << 20, [["allreduce_shm_single_copy", 1]])]})
+    on = _run(
+        {
+            "all_reduce": [
+                _cell(1024, [["allreduce_shm_oneshot", 1]]),
+                _cell(1 << 20, [["allreduce_shm_single_copy", 1]]),
+            ]
+        }
+    )
     assert _notes(on)["single-copy all_reduce"].status == "ok"
-    refused = _run({"all_reduce": [_cell(1 << 20, [["allreduce_shm_twoshot", 1]],
-                                         first=[["allreduce_shm_single_copy", 1]])]})
+    refused = _run(
+        {"all_reduce": [_cell(1 << 20, [["allreduce_shm_twoshot", 1]], first=[["allreduce_shm_single_copy", 1]])]}
+    )
     assert "refused" in _notes(refused)["single-copy all_reduce"].value
-    auto_off = _run({"all_reduce": [_cell(1 << 20, [["allreduce_shm_twoshot", 1]])]},
-                    config={"shm_allreduce_single_copy_min_bytes": 0})
+    auto_off = _run(
+        {"all_reduce": [_cell(1 << 20, [["allreduce_shm_twoshot", 1]])]},
+        config={"shm_allreduce_single_copy_min_bytes": 0},
+    )
     item = _notes(auto_off)["single-copy all_reduce"]
     assert item.status == "off" and "automatic" in item.why and "2 ranks, 2 CPUs" in item.why
     item = _notes(auto_off, {"FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES": "0"})["single-copy all_reduce"]
@@ -361,6 +440,8 @@ def test_rows_run_by_gloo_and_rank_differences():
     run = _run({"gather": [_cell(64, [["gloo_fallback", 1]])], "broadcast": [_cell(64, [["broadcast_shm", 1]])]})
     notes = _notes(run)
     assert notes["run by Gloo"].value == "gather"
-    run["ranks"][1] = dict(run["ranks"][1], rows={"gather": [_cell(64, [["gloo_fallback", 1]])],
-                                                  "broadcast": [_cell(64, [["gloo_fallback", 1]])]})
+    run["ranks"][1] = dict(
+        run["ranks"][1],
+        rows={"gather": [_cell(64, [["gloo_fallback", 1]])], "broadcast": [_cell(64, [["gloo_fallback", 1]])]},
+    )
     assert _notes(run)["rank 1"].value == "launched other algorithms for ['broadcast']"

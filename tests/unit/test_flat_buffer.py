@@ -1,4 +1,5 @@
 """The multi-tensor copy kernel behind pack/unpack, against torch.cat/split."""
+
 import pytest
 import torch
 

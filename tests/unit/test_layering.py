@@ -6,6 +6,7 @@ level or inside functions) must name a package its own package may use.
 Each checker is also run on a made-up upward edge, so these tests fail when
 the checker stops seeing violations.
 """
+
 from __future__ import annotations
 
 import ast

@@ -7,6 +7,7 @@ sources (2-8 take one fused loop each, 1 and 9 go block by block), lengths
 around the vector widths and the 1024-element blocks, values of every magnitude
 (clamped ones, inf, NaN); per-source clamp counts; the output aliasing a
 source."""
+
 import pytest
 import torch
 
@@ -23,7 +24,8 @@ def _sources(n: int, count: int, dtype: torch.dtype, seed: int) -> list[torch.Te
     out = []
     for q in range(n):
         x = torch.randn(count, generator=g, dtype=torch.float64) * torch.exp(
-            torch.randn(count, generator=g, dtype=torch.float64) * 4)
+            torch.randn(count, generator=g, dtype=torch.float64) * 4
+        )
         if count > 9:
             x[3] = 1e6 * (q + 1)
             x[5] = float("inf") if q == 0 else -1.0

@@ -6,6 +6,7 @@ text (README.md, docs/, csrc/, fastcomm/, benchmarks/) and lists every line
 that carries such a word. The pattern checker is also run on made-up lines,
 so the test fails when it stops seeing them.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -75,7 +76,13 @@ def test_checker_sees_history_words():
     found = history_hits(lines)
     assert [number for number, _ in found] == [1, 2, 3, 4, 5, 6, 6]
     assert [text.lower() for _, text in found] == [
-        "session", "sittings", "build before", "old build", "2026-12-04", "issue 14", "issue #3",
+        "session",
+        "sittings",
+        "build before",
+        "old build",
+        "2026-12-04",
+        "issue 14",
+        "issue #3",
     ]
 
 
@@ -94,7 +101,6 @@ def test_no_development_history_in_text():
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for number, text in history_hits(lines):
             hits.append(f"{path.relative_to(ROOT).as_posix()}:{number}: {text!r}")
-    assert not hits, (
-        "development history belongs in CHANGELOG.md, not in these lines "
-        f"({len(hits)}):\n" + "\n".join(hits)
+    assert not hits, f"development history belongs in CHANGELOG.md, not in these lines ({len(hits)}):\n" + "\n".join(
+        hits
     )

@@ -1,5 +1,6 @@
 """benchmarks/peers helpers: how many samples a round of equal time takes (rounds.py), and
 run.py's jobs without address-space randomization."""
+
 import os
 import subprocess
 import sys
@@ -44,10 +45,17 @@ def test_take_round_takes_rank_zeros_count_on_every_rank():
 
 def test_fixed_layout_turns_randomization_off_in_the_job_and_its_children():
     """The flag is set before exec and survives it, in a grandchild too (ranks under mpiexec)."""
+
     def flags(preexec_fn):
-        out = subprocess.run(["sh", "-c", "cat /proc/self/personality"], capture_output=True, text=True,
-                             preexec_fn=preexec_fn, check=True)
+        out = subprocess.run(
+            ["sh", "-c", "cat /proc/self/personality"],
+            capture_output=True,
+            text=True,
+            preexec_fn=preexec_fn,
+            check=True,
+        )
         return int(out.stdout, 16)
+
     assert not flags(None) & run.ADDR_NO_RANDOMIZE
     assert flags(run._fixed_layout) & run.ADDR_NO_RANDOMIZE
 

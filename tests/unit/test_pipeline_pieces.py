@@ -1,5 +1,6 @@
 """How pipelined hierarchical collectives cut a message (algorithms/hierarchical.h):
 the configured piece, but never more than MAX_PIPELINE_PIECES pieces per block."""
+
 import pytest
 
 from fastcomm import _C
@@ -7,24 +8,30 @@ from fastcomm import _C
 MiB = 1 << 20
 
 
-@pytest.mark.parametrize("block_bytes, blocks, expected", [
-    (4 * MiB, 4, 16),        # the default 1 MiB of a 16 MiB output, 4 blocks: 256 KiB pieces
-    (64 * MiB, 1, 64),       # a 64 MiB tensor: 64 pieces of 1 MiB
-    (128 * MiB, 1, 64),      # 128 MiB: 64 pieces of 2 MiB, not 128 of 1 MiB
-    (64 * MiB + 4, 1, 64),   # just above: still 64 (pieces of 1 MiB + 4 B, the last one shorter)
-    (1, 4, 1),               # smaller than a piece: one
-    (0, 4, 1),               # empty: one
-])
+@pytest.mark.parametrize(
+    "block_bytes, blocks, expected",
+    [
+        (4 * MiB, 4, 16),  # the default 1 MiB of a 16 MiB output, 4 blocks: 256 KiB pieces
+        (64 * MiB, 1, 64),  # a 64 MiB tensor: 64 pieces of 1 MiB
+        (128 * MiB, 1, 64),  # 128 MiB: 64 pieces of 2 MiB, not 128 of 1 MiB
+        (64 * MiB + 4, 1, 64),  # just above: still 64 (pieces of 1 MiB + 4 B, the last one shorter)
+        (1, 4, 1),  # smaller than a piece: one
+        (0, 4, 1),  # empty: one
+    ],
+)
 def test_default_piece(block_bytes, blocks, expected):
     assert _C.pipeline_pieces(MiB, 4, block_bytes, blocks) == expected
 
 
-@pytest.mark.parametrize("max_piece, element, block_bytes, expected", [
-    (4096, 4, 64 * MiB, 64),        # capped: pieces of exactly 1 MiB, no element more
-    (4096, 4, 64 * MiB - 4, 64),    # one element less: still 64 (the last piece shorter)
-    (4096, 8, 8 * 100003, 64),      # capped, an odd element count: pieces of 1563 elements, the last shorter
-    (4100, 4, 16 * 1024, 4),        # below the cap: the configured piece (4100 -> 4100 B)
-])
+@pytest.mark.parametrize(
+    "max_piece, element, block_bytes, expected",
+    [
+        (4096, 4, 64 * MiB, 64),  # capped: pieces of exactly 1 MiB, no element more
+        (4096, 4, 64 * MiB - 4, 64),  # one element less: still 64 (the last piece shorter)
+        (4096, 8, 8 * 100003, 64),  # capped, an odd element count: pieces of 1563 elements, the last shorter
+        (4100, 4, 16 * 1024, 4),  # below the cap: the configured piece (4100 -> 4100 B)
+    ],
+)
 def test_exact_piece_counts(max_piece, element, block_bytes, expected):
     assert _C.pipeline_pieces(max_piece, element, block_bytes, 1) == expected
 

@@ -1,5 +1,6 @@
 """fastcomm/_ptracer.py: which ptracer the ranks of a host declare where Yama's
 ptrace_scope is 1, read from fake /proc trees (this kernel may have no Yama)."""
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,10 @@ def test_inside_a_container_the_container_init_may_be_declared():
 
 
 def test_no_common_ancestor():
-    assert _ptracer.choose_ptracer([[7, 3], [8, 4]], initial_namespace=False) == (None, "the ranks share no ancestor visible here")
+    assert _ptracer.choose_ptracer([[7, 3], [8, 4]], initial_namespace=False) == (
+        None,
+        "the ranks share no ancestor visible here",
+    )
 
 
 @pytest.mark.parametrize("text, scope", [("1\n", 1), ("0", 0), ("3\n", 3), ("x", None)])

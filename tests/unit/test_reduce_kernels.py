@@ -2,6 +2,7 @@
 sequential torch reference, bitwise, for every instruction set this CPU runs
 (the baseline one always, so CI covers the scalar code on any machine: the
 `isa` fixture in conftest.py caps the kernels' level)."""
+
 import pytest
 import torch
 
@@ -37,10 +38,14 @@ def _sources(dtype, n, count, op, generator):
     if dtype.is_floating_point:
         # Products of many values stay finite: keep magnitudes near 1.
         scale = 2.0 if op == "product" else 100.0
-        return [((torch.rand(count, generator=generator, dtype=torch.float64) - 0.5) * scale).to(dtype) for _ in range(n)]
+        return [
+            ((torch.rand(count, generator=generator, dtype=torch.float64) - 0.5) * scale).to(dtype) for _ in range(n)
+        ]
     info = torch.iinfo(dtype)
     # The full range: sums and products wrap, as torch's do.
-    return [torch.randint(info.min, info.max, (count,), generator=generator, dtype=torch.int64).to(dtype) for _ in range(n)]
+    return [
+        torch.randint(info.min, info.max, (count,), generator=generator, dtype=torch.int64).to(dtype) for _ in range(n)
+    ]
 
 
 def _bits(t):
@@ -69,7 +74,12 @@ def test_output_may_alias_a_source(isa):
     """dst == a source, element for element (two-shot and single copy reduce in place), for
     each way of reducing: 2-8 sources one pass, 9 the accumulator, min/max too."""
     for n in (2, 3, 4, 5, 8, 9):
-        for op, dtype in (("sum", torch.float32), ("max", torch.float32), ("sum", torch.bfloat16), ("max", torch.int64)):
+        for op, dtype in (
+            ("sum", torch.float32),
+            ("max", torch.float32),
+            ("sum", torch.bfloat16),
+            ("max", torch.int64),
+        ):
             a = torch.arange(1025).to(dtype)
             others = [torch.full((1025,), 0.5 + k).to(dtype) for k in range(n - 1)]
             expected = _reference([a] + others, op)
@@ -96,11 +106,11 @@ def test_min_max_propagate_nan_and_sums_round_once(isa, dtype):
     if dtype in (torch.bfloat16, torch.float16):
         # 1 + 2^-9 + ... rounded per step would lose every small term; in float32
         # they add up to a value the half type can represent.
-        tiny = torch.full((40,), 2.0 ** -9, dtype=dtype)
+        tiny = torch.full((40,), 2.0**-9, dtype=dtype)
         sources = [torch.ones(40, dtype=dtype)] + [tiny] * 4
         out = torch.empty(40, dtype=dtype)
         _C.reduce_buffers(sources, out, "sum")
-        assert torch.equal(out.float(), torch.full((40,), 1.0 + 4 * 2.0 ** -9).to(dtype).float())
+        assert torch.equal(out.float(), torch.full((40,), 1.0 + 4 * 2.0**-9).to(dtype).float())
         assert out[0].item() > 1.0
 
 

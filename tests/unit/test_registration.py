@@ -1,4 +1,5 @@
 """Importing fastcomm registers the backend; options come from the environment."""
+
 import datetime
 import os
 
@@ -24,8 +25,12 @@ def test_import_does_not_initialise_cuda():
 
 
 def test_options_defaults_and_validation(monkeypatch):
-    for name in ("FASTCOMM_GLOO_THREADS", "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", "FASTCOMM_SOCKET_IFNAME",
-                 "GLOO_SOCKET_IFNAME"):
+    for name in (
+        "FASTCOMM_GLOO_THREADS",
+        "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES",
+        "FASTCOMM_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert read_options() == Options()
     monkeypatch.setenv("FASTCOMM_GLOO_THREADS", "4")
@@ -47,18 +52,31 @@ def test_options_defaults_and_validation(monkeypatch):
 
 
 def test_shared_memory_options(monkeypatch):
-    for name in ("FASTCOMM_SHM", "FASTCOMM_SHM_SLOT_BYTES", "FASTCOMM_SHM_ONESHOT_MAX_BYTES", "FASTCOMM_RANKS_PER_HOST"):
+    for name in (
+        "FASTCOMM_SHM",
+        "FASTCOMM_SHM_SLOT_BYTES",
+        "FASTCOMM_SHM_ONESHOT_MAX_BYTES",
+        "FASTCOMM_RANKS_PER_HOST",
+    ):
         monkeypatch.delenv(name, raising=False)
     defaults = read_options()
     assert (defaults.shm, defaults.shm_slot_bytes, defaults.shm_oneshot_max_bytes, defaults.ranks_per_host) == (
-        True, 1 << 20, 128 << 10, 0)
+        True,
+        1 << 20,
+        128 << 10,
+        0,
+    )
     monkeypatch.setenv("FASTCOMM_SHM", "0")
     monkeypatch.setenv("FASTCOMM_SHM_SLOT_BYTES", "65536")
     monkeypatch.setenv("FASTCOMM_SHM_ONESHOT_MAX_BYTES", "0")
     monkeypatch.setenv("FASTCOMM_RANKS_PER_HOST", "2")
     options = read_options()
     assert (options.shm, options.shm_slot_bytes, options.shm_oneshot_max_bytes, options.ranks_per_host) == (
-        False, 65536, 0, 2)
+        False,
+        65536,
+        0,
+        2,
+    )
     for name, bad, message in [
         ("FASTCOMM_SHM", "yes", "FASTCOMM_SHM must be 0 or 1, got 'yes'"),
         ("FASTCOMM_SHM_BIND_CPUS", "2", "FASTCOMM_SHM_BIND_CPUS must be 0, 1 or auto, got '2'"),
@@ -72,24 +90,75 @@ def test_shared_memory_options(monkeypatch):
         monkeypatch.delenv(name)
 
 
-@pytest.mark.parametrize("name, field, default, good, bad, message", [
-    ("FASTCOMM_PIPELINE_PIECE_BYTES", "pipeline_piece_bytes", 1 << 20, 65536, "100",
-     "FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096"),
-    ("FASTCOMM_P2P_SINGLE_COPY_BYTES", "p2p_single_copy_bytes", 64 << 10, 0, "-1",
-     "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1."),
-    ("FASTCOMM_SHM_ASYNC_MIN_BYTES", "shm_async_min_bytes", -1, 0, "1.5",
-     "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5."),
-    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES", "shm_allreduce_single_copy_min_bytes", -1, 0, "-1",
-     "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1."),
-    ("FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES", "shm_allreduce_single_copy_max_bytes", -1, 1 << 30, "x",
-     "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x."),
-    ("FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES", "shm_huge_pages_min_bytes", 4 << 20, 0, "4M",
-     "FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES must be a non-negative integer, got .4M."),
-    ("FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES", "shm_low_precision_arena_min_bytes", 4 << 10, 0, "16K",
-     "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K."),
-    ("FASTCOMM_SHM_ARENA_MIN_BYTES", "shm_arena_min_bytes", 8 << 10, 0, "8K",
-     "FASTCOMM_SHM_ARENA_MIN_BYTES must be a non-negative integer, got .8K."),
-])
+@pytest.mark.parametrize(
+    "name, field, default, good, bad, message",
+    [
+        (
+            "FASTCOMM_PIPELINE_PIECE_BYTES",
+            "pipeline_piece_bytes",
+            1 << 20,
+            65536,
+            "100",
+            "FASTCOMM_PIPELINE_PIECE_BYTES must be an integer >= 4096",
+        ),
+        (
+            "FASTCOMM_P2P_SINGLE_COPY_BYTES",
+            "p2p_single_copy_bytes",
+            64 << 10,
+            0,
+            "-1",
+            "FASTCOMM_P2P_SINGLE_COPY_BYTES must be a non-negative integer, got .-1.",
+        ),
+        (
+            "FASTCOMM_SHM_ASYNC_MIN_BYTES",
+            "shm_async_min_bytes",
+            -1,
+            0,
+            "1.5",
+            "FASTCOMM_SHM_ASYNC_MIN_BYTES must be a non-negative integer, got .1.5.",
+        ),
+        (
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES",
+            "shm_allreduce_single_copy_min_bytes",
+            -1,
+            0,
+            "-1",
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MIN_BYTES must be a non-negative integer, got .-1.",
+        ),
+        (
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES",
+            "shm_allreduce_single_copy_max_bytes",
+            -1,
+            1 << 30,
+            "x",
+            "FASTCOMM_SHM_ALLREDUCE_SINGLE_COPY_MAX_BYTES must be a non-negative integer, got .x.",
+        ),
+        (
+            "FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES",
+            "shm_huge_pages_min_bytes",
+            4 << 20,
+            0,
+            "4M",
+            "FASTCOMM_SHM_HUGE_PAGES_MIN_BYTES must be a non-negative integer, got .4M.",
+        ),
+        (
+            "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES",
+            "shm_low_precision_arena_min_bytes",
+            4 << 10,
+            0,
+            "16K",
+            "FASTCOMM_SHM_LOW_PRECISION_ARENA_MIN_BYTES must be a non-negative integer, got .16K.",
+        ),
+        (
+            "FASTCOMM_SHM_ARENA_MIN_BYTES",
+            "shm_arena_min_bytes",
+            8 << 10,
+            0,
+            "8K",
+            "FASTCOMM_SHM_ARENA_MIN_BYTES must be a non-negative integer, got .8K.",
+        ),
+    ],
+)
 def test_size_option(monkeypatch, name, field, default, good, bad, message):
     monkeypatch.delenv(name, raising=False)
     assert getattr(read_options(), field) == default
@@ -114,8 +183,11 @@ def test_network_interface_options(monkeypatch):
     assert read_options().socket_ifname == "lo"
     monkeypatch.setenv("FASTCOMM_SOCKET_IFNAME", "lo,fastcomm-nonexistent0")
     have = ", ".join(name for _, name in socket.if_nameindex())
-    with pytest.raises(ValueError, match=f"FASTCOMM_SOCKET_IFNAME names network interface 'fastcomm-nonexistent0', "
-                                         f"which this host does not have \\(it has: {have}\\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"FASTCOMM_SOCKET_IFNAME names network interface 'fastcomm-nonexistent0', "
+        f"which this host does not have \\(it has: {have}\\)",
+    ):
         read_options()
     monkeypatch.delenv("FASTCOMM_SOCKET_IFNAME")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "fastcomm-nonexistent0")
@@ -132,11 +204,25 @@ def test_config_carries_every_option_and_the_host_plan():
     from fastcomm._rendezvous import GroupFacts
     from fastcomm._shm import ShmPlan
 
-    options = Options(gloo_threads=3, allreduce_allgather_max_bytes=5, shm=False, shm_slot_bytes=8192,
-                      shm_oneshot_max_bytes=7, shm_async_min_bytes=13, shm_allreduce_single_copy_min_bytes=17,
-                      shm_allreduce_single_copy_max_bytes=19, shm_huge_pages_min_bytes=37,
-                      shm_low_precision_arena_min_bytes=23, shm_arena_min_bytes=31, shm_bind_cpus=1, shm_unbound_min_bytes=29, pipeline_piece_bytes=9000, p2p_single_copy_bytes=11, ranks_per_host=2,
-                      socket_ifname="lo")
+    options = Options(
+        gloo_threads=3,
+        allreduce_allgather_max_bytes=5,
+        shm=False,
+        shm_slot_bytes=8192,
+        shm_oneshot_max_bytes=7,
+        shm_async_min_bytes=13,
+        shm_allreduce_single_copy_min_bytes=17,
+        shm_allreduce_single_copy_max_bytes=19,
+        shm_huge_pages_min_bytes=37,
+        shm_low_precision_arena_min_bytes=23,
+        shm_arena_min_bytes=31,
+        shm_bind_cpus=1,
+        shm_unbound_min_bytes=29,
+        pipeline_piece_bytes=9000,
+        p2p_single_copy_bytes=11,
+        ranks_per_host=2,
+        socket_ifname="lo",
+    )
     assert options != Options()  # every field differs from its default, so a dropped copy shows
     assert all(getattr(options, f.name) != getattr(Options(), f.name) for f in dataclasses.fields(Options))
     facts = GroupFacts(cpus=64, memory_bytes=1 << 40)
@@ -204,7 +290,9 @@ def test_binding_modes(monkeypatch):
 
 def test_single_rank_group_with_explicit_store():
     """world_size 1 with an explicit store: every collective is the identity."""
-    dist.init_process_group("fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+    dist.init_process_group(
+        "fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20)
+    )
     try:
         backend = fastcomm.fastcomm_backend()
         assert backend.name() == "fastcomm" and backend.rank() == 0 and backend.size() == 1
@@ -223,7 +311,9 @@ def test_single_rank_group_with_explicit_store():
         assert torch.equal(i16, torch.tensor([1, -2, 3], dtype=torch.int16))
         dist.barrier()
         counts = backend.algorithm_counts()  # AVG and int16 are rewritten onto the float32/int32 one-shot
-        assert counts["allreduce_shm_oneshot"] == 2 and counts["allgather_shm"] == 1 and counts["barrier_shm"] == 1, counts
+        assert counts["allreduce_shm_oneshot"] == 2 and counts["allgather_shm"] == 1 and counts["barrier_shm"] == 1, (
+            counts
+        )
         # The benchmarks' C++ timing loop runs any backend's collectives.
         cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
         assert _C.bench_loop(cpu_backend, "ALLREDUCE", t, t, 10) > 0
@@ -282,6 +372,9 @@ def test_segment_size_bound():
     from fastcomm._shm import check_segment_size
 
     check_segment_size(1 << 20, [2, 4], memory_bytes=32 << 20)  # 2 x 4 x 1 MiB = 8 MiB = a quarter
-    with pytest.raises(ValueError, match=r"FASTCOMM_SHM_SLOT_BYTES=1048577 makes a shared-memory segment of "
-                                         r"2 x 4 ranks x 1048577 B .* at most 1048576 B per slot for 4 ranks"):
+    with pytest.raises(
+        ValueError,
+        match=r"FASTCOMM_SHM_SLOT_BYTES=1048577 makes a shared-memory segment of "
+        r"2 x 4 ranks x 1048577 B .* at most 1048576 B per slot for 4 ranks",
+    ):
         check_segment_size((1 << 20) + 1, [4, 2], memory_bytes=32 << 20)

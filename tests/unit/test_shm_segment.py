@@ -2,6 +2,7 @@
 memory file that never has a name in /dev/shm (so a crash at any moment leaves
 nothing behind), reachable only through the creator's /proc/<pid>/fd path,
 validated on attach."""
+
 import mmap
 import os
 import signal
@@ -24,8 +25,15 @@ def created():
 
 
 def _attach(engine, **changes):
-    args = dict(name=engine.segment_name, nonce=engine.nonce, local_rank=1, slot_bytes=8192, group_ranks=[0, 1],
-                spin=False, check_pids=True)
+    args = dict(
+        name=engine.segment_name,
+        nonce=engine.nonce,
+        local_rank=1,
+        slot_bytes=8192,
+        group_ranks=[0, 1],
+        spin=False,
+        check_pids=True,
+    )
     args.update(changes)
     return _C.ShmEngine.attach(**args)
 
@@ -59,18 +67,22 @@ def test_attach_validates_and_the_path_dies_with_the_creator():
     del created  # the creator's descriptor closes with its segment; the peer's mapping stays valid
     assert peer.nonce == nonce
     with pytest.raises(RuntimeError, match="cannot open segment .*No such file"):
-        _C.ShmEngine.attach(name=name, nonce=nonce, local_rank=1, slot_bytes=8192, group_ranks=[0, 1], spin=False,
-                            check_pids=True)
+        _C.ShmEngine.attach(
+            name=name, nonce=nonce, local_rank=1, slot_bytes=8192, group_ranks=[0, 1], spin=False, check_pids=True
+        )
 
 
-@pytest.mark.parametrize("field, offset, fmt, message", [
-    ("magic", 0, "<Q", "bad magic number"),
-    ("version", 8, "<I", r"has layout version 99, this build uses \d+ "),
-])
+@pytest.mark.parametrize(
+    "field, offset, fmt, message",
+    [
+        ("magic", 0, "<Q", "bad magic number"),
+        ("version", 8, "<I", r"has layout version 99, this build uses \d+ "),
+    ],
+)
 def test_attach_rejects_a_corrupt_header(created, field, offset, fmt, message):
     with open(created.segment_name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as header:
         assert struct.unpack_from(fmt, header, offset)[0] != 99  # the corruption changes the field
-        header[offset:offset + struct.calcsize(fmt)] = struct.pack(fmt, 99)
+        header[offset : offset + struct.calcsize(fmt)] = struct.pack(fmt, 99)
     with pytest.raises(RuntimeError, match=message):
         _attach(created)
 
@@ -89,8 +101,9 @@ def test_a_killed_creator_leaves_nothing():
     """SIGKILL right after creating (the worst moment for a named segment): no
     file anywhere, and the segment can no longer be reached."""
     before = _fastcomm_files_in_dev_shm()
-    proc = subprocess.Popen([sys.executable, "-c", _CREATE_AND_DIE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd="/")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CREATE_AND_DIE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
+    )
     try:
         name, nonce = proc.stdout.readline().split()
         assert os.readlink(name).startswith("/memfd:fastcomm-segment")
@@ -103,8 +116,15 @@ def test_a_killed_creator_leaves_nothing():
     assert not os.path.exists(name)
     assert _fastcomm_files_in_dev_shm() == before
     with pytest.raises(RuntimeError, match="cannot open segment"):
-        _C.ShmEngine.attach(name=name, nonce=int(nonce), local_rank=1, slot_bytes=1 << 20, group_ranks=[0, 1],
-                            spin=False, check_pids=True)
+        _C.ShmEngine.attach(
+            name=name,
+            nonce=int(nonce),
+            local_rank=1,
+            slot_bytes=1 << 20,
+            group_ranks=[0, 1],
+            spin=False,
+            check_pids=True,
+        )
 
 
 def test_bad_sizes_raise():

@@ -13,6 +13,7 @@ Run in the CPU stage of scripts/test.sh only: the .cpp files are the same in
 the CUDA build (CUDA code lives in .cu files), and the other torch's headers are
 checked by that build itself.
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,8 +40,10 @@ PCH_HEADERS = (
 )
 
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("FASTCOMM_EXPECT_CUDA_KERNELS") == "1",
-                       reason="checked in the CPU stage: the .cpp files are the same in the CUDA build"),
+    pytest.mark.skipif(
+        os.environ.get("FASTCOMM_EXPECT_CUDA_KERNELS") == "1",
+        reason="checked in the CPU stage: the .cpp files are the same in the CUDA build",
+    ),
     pytest.mark.skipif(shutil.which(CXX) is None, reason=f"no C++ compiler ({CXX})"),
 ]
 
@@ -60,8 +63,13 @@ def _flags() -> list[str]:
     from torch.utils import cpp_extension
 
     includes = [str(ROOT / "csrc"), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    return ["-std=c++20", *_setup_constant("CXX_FLAGS"), "-DTORCH_API_INCLUDE_EXTENSION_H",
-            "-DTORCH_EXTENSION_NAME=_C", *(f"-I{p}" for p in includes)]
+    return [
+        "-std=c++20",
+        *_setup_constant("CXX_FLAGS"),
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        "-DTORCH_EXTENSION_NAME=_C",
+        *(f"-I{p}" for p in includes),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +79,15 @@ def parse_alone(tmp_path_factory):
     pch_dir = tmp_path_factory.mktemp("pch")
     header = pch_dir / "torch_headers.h"
     header.write_text("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
-    built = subprocess.run([CXX, *flags, "-x", "c++-header", str(header), "-o", f"{header}.gch"],
-                           capture_output=True, text=True)
+    built = subprocess.run(
+        [CXX, *flags, "-x", "c++-header", str(header), "-o", f"{header}.gch"], capture_output=True, text=True
+    )
     assert built.returncode == 0, built.stderr[-4000:]
 
     def parse(path: pathlib.Path) -> tuple[bool, str]:
-        done = subprocess.run([CXX, *flags, "-include", str(header), "-fsyntax-only", str(path)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [CXX, *flags, "-include", str(header), "-fsyntax-only", str(path)], capture_output=True, text=True
+        )
         return done.returncode == 0, done.stderr
 
     yield parse
@@ -92,7 +102,8 @@ def test_each_unity_file_compiles_alone(parse_alone):
         results = dict(zip(files, pool.map(parse_alone, files)))
     failed = {p.relative_to(ROOT): out for p, (ok, out) in results.items() if not ok}
     assert not failed, "files that do not compile on their own:\n" + "\n".join(
-        f"--- {p}\n{out[:2000]}" for p, out in failed.items())
+        f"--- {p}\n{out[:2000]}" for p, out in failed.items()
+    )
 
 
 def test_a_file_missing_a_fastcomm_include_fails(parse_alone, tmp_path):

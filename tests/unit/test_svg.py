@@ -1,4 +1,5 @@
 """fastcomm.bench.svg: the benchmarks' bar charts."""
+
 import re
 
 from fastcomm.bench.svg import grouped_bars
@@ -15,8 +16,9 @@ def test_bars_scale_per_group_and_legend_fits():
     assert heights[len(series) - 1] == 260.0 and heights[len(series)] == 260.0  # each group's peak
     colours = dict(re.findall(r'fill="(#[0-9a-f]+)"><title>([^:]+):', svg)[::-1])
     assert len(set(colours)) == len(series)
-    legend_x = [float(x) for x, name in re.findall(r'<text x="([\d.]+)" y="[\d.]+">([^<]+)</text>', svg)
-                if name in series]
+    legend_x = [
+        float(x) for x, name in re.findall(r'<text x="([\d.]+)" y="[\d.]+">([^<]+)</text>', svg) if name in series
+    ]
     assert len(legend_x) == len(series) and width - max(legend_x) >= 150, (width, legend_x)
     small = grouped_bars("t", [("a", [(s, 1.0) for s in series[:2]])])
     assert float(re.search(r'<svg [^>]*width="([\d.]+)"', small).group(1)) >= 20 + 3 * 200

@@ -1,6 +1,7 @@
 """fastcomm.nn.SyncBatchNorm in one process (no group: plain batch norm on
 fastcomm's kernels) against nn.BatchNorm*d in float64; conversion, state
 dicts, autograd and torch's errors. Multi-rank behaviour: tests/multiproc/test_syncbn.py."""
+
 import copy
 import os
 import sys
@@ -19,7 +20,9 @@ from syncbn_reference import assert_close, batchnorm_class, forward_backward, gl
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize(
-    "feature_shape,channels_last", [((5,), False), ((3, 7), False), ((3, 5, 4), False), ((6, 5, 4), True), ((2, 3, 4, 5), True)], ids=str
+    "feature_shape,channels_last",
+    [((5,), False), ((3, 7), False), ((3, 5, 4), False), ((6, 5, 4), True), ((2, 3, 4, 5), True)],
+    ids=str,
 )
 def test_matches_batchnorm_in_one_process(feature_shape, channels_last, dtype):
     param_dtype = torch.float64 if dtype == torch.float64 else torch.float32
@@ -92,7 +95,10 @@ def test_variants_without_affine_or_tracking():
         if kwargs.get("bias") is False:
             assert ours.bias is None and ours.weight.grad is not None
     # untracked in eval: batch statistics, like torch
-    ours, ref = SyncBatchNorm(3, track_running_stats=False).eval(), nn.BatchNorm1d(3, track_running_stats=False, dtype=torch.float64).eval()
+    ours, ref = (
+        SyncBatchNorm(3, track_running_stats=False).eval(),
+        nn.BatchNorm1d(3, track_running_stats=False, dtype=torch.float64).eval(),
+    )
     with torch.no_grad():
         assert_close(ours(x), ref(x.double()), torch.float32, "untracked eval")
 
@@ -148,7 +154,9 @@ def test_torch_errors():
         bn(torch.randn(3))
     with pytest.raises(RuntimeError, match=r"^running_mean should contain 4 elements not 3$"):
         bn(torch.randn(5, 4, 2))
-    with pytest.raises(ValueError, match=r"Expected more than 1 value per channel when training, got input size torch.Size\(\[1, 3\]\)"):
+    with pytest.raises(
+        ValueError, match=r"Expected more than 1 value per channel when training, got input size torch.Size\(\[1, 3\]\)"
+    ):
         bn(torch.randn(1, 3))
     with pytest.raises(ValueError, match=r"Expected more than 1 value per channel when training"):
         bn(torch.randn(1, 3, 1, 1))
@@ -156,7 +164,9 @@ def test_torch_errors():
     assert bn(torch.randn(1, 3)).shape == (1, 3)  # eval needs no batch statistics
 
 
-@pytest.mark.skipif(fastcomm.cuda_kernels_compiled() or not torch.cuda.is_available(), reason="needs a GPU and a CPU-only build")
+@pytest.mark.skipif(
+    fastcomm.cuda_kernels_compiled() or not torch.cuda.is_available(), reason="needs a GPU and a CPU-only build"
+)
 def test_cuda_input_without_cuda_kernels():
     with pytest.raises(RuntimeError, match="fastcomm SyncBatchNorm: the input is a CUDA tensor but this build"):
         SyncBatchNorm(3).cuda()(torch.randn(4, 3, device="cuda"))

@@ -1,5 +1,6 @@
 """The fastcomm::syncbn_* operators (CPU kernels) against float64 references
 written with torch ops, on awkward shapes, both memory layouts and every dtype."""
+
 import pytest
 import torch
 
@@ -72,7 +73,11 @@ def test_local_stats_large_mean_is_accurate():
     torch.testing.assert_close(var, _per_channel(x).var(1, unbiased=False), rtol=1e-4, atol=0)
 
 
-@pytest.mark.parametrize("fmt_shape", [((6, 5), torch.contiguous_format), ((3, 5, 40, 3), torch.channels_last), ((3, 5, 40, 3), torch.contiguous_format)], ids=str)
+@pytest.mark.parametrize(
+    "fmt_shape",
+    [((6, 5), torch.contiguous_format), ((3, 5, 40, 3), torch.channels_last), ((3, 5, 40, 3), torch.contiguous_format)],
+    ids=str,
+)
 def test_reductions_do_not_depend_on_thread_count(fmt_shape):
     shape, fmt = fmt_shape
     shape = (shape[0] * 4000,) + shape[1:]
@@ -105,8 +110,12 @@ def test_finalize_stats(stats_dtype, running_dtype):
     assert mean.dtype == invstd.dtype == stats_dtype
     torch.testing.assert_close(mean, exp_mean.to(stats_dtype))
     torch.testing.assert_close(invstd, (1 / torch.sqrt(m2 / n + 1e-5)).to(stats_dtype))
-    torch.testing.assert_close(running_mean, (0.75 * torch.tensor([1.0, 2, 3]).double() + 0.25 * exp_mean).to(running_dtype))
-    torch.testing.assert_close(running_var, (0.75 * torch.tensor([4.0, 5, 6]).double() + 0.25 * m2 / (n - 1)).to(running_dtype))
+    torch.testing.assert_close(
+        running_mean, (0.75 * torch.tensor([1.0, 2, 3]).double() + 0.25 * exp_mean).to(running_dtype)
+    )
+    torch.testing.assert_close(
+        running_var, (0.75 * torch.tensor([4.0, 5, 6]).double() + 0.25 * m2 / (n - 1)).to(running_dtype)
+    )
     # no running statistics: nothing to update
     ops.syncbn_finalize_stats(packed, 1e-5, 0.25, None, None, stats_dtype)
 
@@ -130,12 +139,19 @@ def _bn_reference(x, dy, weight, bias, eps=1e-5):
     return mean, invstd, y, torch.cat([sum_dy, sum_dy_xmu]), dx
 
 
-OUT_TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-10), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 2e-3)}
+OUT_TOL = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-10, 1e-10),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float16: (2e-3, 2e-3),
+}
 
 
 @pytest.mark.parametrize("affine", ["weight_and_bias", "weight_only", "none"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape,fmt", [s for s in SHAPES if s[0][0] > 1 and s[0][0] * s[0][1] < 10**6], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "shape,fmt", [s for s in SHAPES if s[0][0] > 1 and s[0][0] * s[0][1] < 10**6], ids=lambda v: str(v)
+)
 def test_normalize_and_gradients(shape, fmt, dtype, affine):
     x = _input(shape, fmt, dtype)
     dy = _input(shape, torch.contiguous_format, dtype, seed=1)  # another memory format than x where x is channels-last
@@ -167,17 +183,63 @@ def test_non_contiguous_input_is_copied():
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda: ops.syncbn_local_stats(torch.ones(3)), r"fastcomm syncbn_local_stats: expected at least 2D input \(got 1D input\)"),
+        (
+            lambda: ops.syncbn_local_stats(torch.ones(3)),
+            r"fastcomm syncbn_local_stats: expected at least 2D input \(got 1D input\)",
+        ),
         (lambda: ops.syncbn_local_stats(torch.ones(3, 0)), r"fastcomm syncbn_local_stats: the input has no channels"),
-        (lambda: ops.syncbn_local_stats(torch.ones(3, 2, dtype=torch.int32)), r"fastcomm syncbn_local_stats: expected a floating-point input, got Int"),
-        (lambda: ops.syncbn_normalize(torch.ones(4, 3), torch.zeros(2), torch.ones(3), None, None), r"fastcomm syncbn_normalize: mean should contain 3 elements, got shape \[2\]"),
-        (lambda: ops.syncbn_normalize(torch.ones(4, 3), torch.zeros(3, dtype=torch.float64), torch.ones(3), None, None), r"fastcomm syncbn_normalize: mean should be Float, got Double"),
-        (lambda: ops.syncbn_normalize(torch.ones(4, 3), torch.zeros(3), torch.ones(3), torch.ones(4), None), r"fastcomm syncbn_normalize: weight should contain 3 elements"),
-        (lambda: ops.syncbn_finalize_stats(torch.zeros(4, dtype=torch.float64), 1e-5, 0.1, None, None, torch.float32), r"fastcomm syncbn_finalize_stats: expected packed statistics"),
-        (lambda: ops.syncbn_finalize_stats(torch.tensor([1.0, 2, 3], dtype=torch.float64), 1e-5, 0.1, None, None, torch.float32), r"fastcomm syncbn_finalize_stats: expected more than 1 value per channel over the group, got 1"),
-        (lambda: ops.syncbn_finalize_stats(torch.tensor([4.0, 2, 3], dtype=torch.float64), 1e-5, 0.1, torch.zeros(2), None, torch.float32), r"fastcomm syncbn_finalize_stats: running_mean should contain 1 elements"),
-        (lambda: ops.syncbn_grad_sums(torch.ones(4, 2), torch.ones(4, 3), torch.zeros(3)), r"fastcomm syncbn_grad_sums: expected a tensor of shape \[4, 3\], got \[4, 2\]"),
-        (lambda: ops.syncbn_grad_input(torch.ones(4, 3), torch.ones(4, 3), torch.zeros(3), torch.ones(3), None, torch.zeros(6, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)), r"fastcomm syncbn_grad_input: packed statistics describe 2 channels, the input has 3"),
+        (
+            lambda: ops.syncbn_local_stats(torch.ones(3, 2, dtype=torch.int32)),
+            r"fastcomm syncbn_local_stats: expected a floating-point input, got Int",
+        ),
+        (
+            lambda: ops.syncbn_normalize(torch.ones(4, 3), torch.zeros(2), torch.ones(3), None, None),
+            r"fastcomm syncbn_normalize: mean should contain 3 elements, got shape \[2\]",
+        ),
+        (
+            lambda: ops.syncbn_normalize(
+                torch.ones(4, 3), torch.zeros(3, dtype=torch.float64), torch.ones(3), None, None
+            ),
+            r"fastcomm syncbn_normalize: mean should be Float, got Double",
+        ),
+        (
+            lambda: ops.syncbn_normalize(torch.ones(4, 3), torch.zeros(3), torch.ones(3), torch.ones(4), None),
+            r"fastcomm syncbn_normalize: weight should contain 3 elements",
+        ),
+        (
+            lambda: ops.syncbn_finalize_stats(
+                torch.zeros(4, dtype=torch.float64), 1e-5, 0.1, None, None, torch.float32
+            ),
+            r"fastcomm syncbn_finalize_stats: expected packed statistics",
+        ),
+        (
+            lambda: ops.syncbn_finalize_stats(
+                torch.tensor([1.0, 2, 3], dtype=torch.float64), 1e-5, 0.1, None, None, torch.float32
+            ),
+            r"fastcomm syncbn_finalize_stats: expected more than 1 value per channel over the group, got 1",
+        ),
+        (
+            lambda: ops.syncbn_finalize_stats(
+                torch.tensor([4.0, 2, 3], dtype=torch.float64), 1e-5, 0.1, torch.zeros(2), None, torch.float32
+            ),
+            r"fastcomm syncbn_finalize_stats: running_mean should contain 1 elements",
+        ),
+        (
+            lambda: ops.syncbn_grad_sums(torch.ones(4, 2), torch.ones(4, 3), torch.zeros(3)),
+            r"fastcomm syncbn_grad_sums: expected a tensor of shape \[4, 3\], got \[4, 2\]",
+        ),
+        (
+            lambda: ops.syncbn_grad_input(
+                torch.ones(4, 3),
+                torch.ones(4, 3),
+                torch.zeros(3),
+                torch.ones(3),
+                None,
+                torch.zeros(6, dtype=torch.float64),
+                torch.zeros(5, dtype=torch.float64),
+            ),
+            r"fastcomm syncbn_grad_input: packed statistics describe 2 channels, the input has 3",
+        ),
     ],
 )
 def test_bad_arguments(call, message):

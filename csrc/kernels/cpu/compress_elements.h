@@ -42,22 +42,22 @@ inline bool use_avx2_variants() {
 // always-inline template body BODY<T>, and NAME<T>(args...) picking one at run
 // time. The build itself targets baseline x86-64 (SSE2).
 #if defined(__x86_64__) && defined(__GNUC__)
-#define FASTCOMM_AVX2_VARIANTS(NAME, BODY)                                                   \
-  template <typename T, typename... Args>                                                   \
-  void NAME##_baseline(Args... args) {                                                      \
-    BODY<T>(args...);                                                                       \
-  }                                                                                         \
-  template <typename T, typename... Args>                                                   \
-  __attribute__((target("avx2"))) void NAME##_avx2(Args... args) {                          \
-    BODY<T>(args...);                                                                       \
-  }                                                                                         \
-  template <typename T, typename... Args>                                                   \
-  void NAME(Args... args) {                                                                 \
-    if (::fastcomm::compress::use_avx2_variants()) {                                        \
-      NAME##_avx2<T>(args...);                                                              \
-    } else {                                                                                \
-      NAME##_baseline<T>(args...);                                                          \
-    }                                                                                       \
+#define FASTCOMM_AVX2_VARIANTS(NAME, BODY)                         \
+  template <typename T, typename... Args>                          \
+  void NAME##_baseline(Args... args) {                             \
+    BODY<T>(args...);                                              \
+  }                                                                \
+  template <typename T, typename... Args>                          \
+  __attribute__((target("avx2"))) void NAME##_avx2(Args... args) { \
+    BODY<T>(args...);                                              \
+  }                                                                \
+  template <typename T, typename... Args>                          \
+  void NAME(Args... args) {                                        \
+    if (::fastcomm::compress::use_avx2_variants()) {               \
+      NAME##_avx2<T>(args...);                                     \
+    } else {                                                       \
+      NAME##_baseline<T>(args...);                                 \
+    }                                                              \
   }
 #else
 #define FASTCOMM_AVX2_VARIANTS(NAME, BODY) \

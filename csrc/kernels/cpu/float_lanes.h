@@ -28,11 +28,21 @@ struct Lanes8 {
   using Vec = __m256;
   using Mask = __m256;
   static constexpr int kWidth = 8;
-  __attribute__((target("arch=x86-64-v3"))) static Vec load(const float* p) { return _mm256_loadu_ps(p); }
-  __attribute__((target("arch=x86-64-v3"))) static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec splat(float v) { return _mm256_set1_ps(v); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-  __attribute__((target("arch=x86-64-v3"))) static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  __attribute__((target("arch=x86-64-v3"))) static Vec load(const float* p) {
+    return _mm256_loadu_ps(p);
+  }
+  __attribute__((target("arch=x86-64-v3"))) static void store(float* p, Vec v) {
+    _mm256_storeu_ps(p, v);
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec splat(float v) {
+    return _mm256_set1_ps(v);
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec mul(Vec a, Vec b) {
+    return _mm256_mul_ps(a, b);
+  }
+  __attribute__((target("arch=x86-64-v3"))) static Vec add(Vec a, Vec b) {
+    return _mm256_add_ps(a, b);
+  }
   __attribute__((target("arch=x86-64-v3"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
     const Vec mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
     return _mm256_and_ps(_mm256_cmp_ps(mag, bound, _CMP_GT_OQ), _mm256_cmp_ps(mag, biggest, _CMP_LE_OQ));
@@ -62,11 +72,21 @@ struct Lanes16 {
   using Vec = __m512;
   using Mask = __mmask16;
   static constexpr int kWidth = 16;
-  __attribute__((target("arch=x86-64-v4"))) static Vec load(const float* p) { return _mm512_loadu_ps(p); }
-  __attribute__((target("arch=x86-64-v4"))) static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec splat(float v) { return _mm512_set1_ps(v); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-  __attribute__((target("arch=x86-64-v4"))) static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  __attribute__((target("arch=x86-64-v4"))) static Vec load(const float* p) {
+    return _mm512_loadu_ps(p);
+  }
+  __attribute__((target("arch=x86-64-v4"))) static void store(float* p, Vec v) {
+    _mm512_storeu_ps(p, v);
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec splat(float v) {
+    return _mm512_set1_ps(v);
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec mul(Vec a, Vec b) {
+    return _mm512_mul_ps(a, b);
+  }
+  __attribute__((target("arch=x86-64-v4"))) static Vec add(Vec a, Vec b) {
+    return _mm512_add_ps(a, b);
+  }
   __attribute__((target("arch=x86-64-v4"))) static Mask over_limit(Vec v, Vec bound, Vec biggest) {
     const Vec mag = _mm512_abs_ps(v);
     return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(mag, bound, _CMP_GT_OQ), mag, biggest, _CMP_LE_OQ);

@@ -42,8 +42,8 @@ void sum_composed(const void* const* srcs, int n, c10::ScalarType dtype, c10::Sc
     const int64_t len = std::min(kComposedBlock, count - at);
     for (int q = 0; q < n; ++q) {
       char* block = blocks.data() + static_cast<size_t>(q) * kComposedBlock * wire_element;
-      clamped[q] += scaled_copy_serial({static_cast<const char*>(srcs[q]) + at * element, dtype, block, wire, len},
-                                       scale, limit);
+      clamped[q] +=
+          scaled_copy_serial({static_cast<const char*>(srcs[q]) + at * element, dtype, block, wire, len}, scale, limit);
       wire_srcs[q] = block;
     }
     void* sum = blocks.data();  // the first block: reduce allows dst == srcs[0]
@@ -93,8 +93,8 @@ inline __attribute__((always_inline)) typename L::Vec through_wire(typename L::V
 // stores the rounded sum into dst instead. Returns how many it clamped (a
 // register counter: per-source counts in memory slow the loop down).
 template <typename L, bool kHalf, bool kClamp, bool kFirst, bool kLast>
-inline __attribute__((always_inline)) int64_t add_source_block(const float* src, float scale, float limit,
-                                                               float* acc, float* dst, int64_t len) {
+inline __attribute__((always_inline)) int64_t add_source_block(const float* src, float scale, float limit, float* acc,
+                                                               float* dst, int64_t len) {
   using Vec = typename L::Vec;
   const Vec s = L::splat(scale), bound = L::splat(limit), biggest = L::splat(std::numeric_limits<float>::max());
   int64_t clamped = 0;
@@ -149,8 +149,7 @@ inline __attribute__((always_inline)) void sum_blocks(const float* const* srcs, 
     for (int q = 1; q + 1 < n; ++q) {
       clamped[q] += add_source_block<L, kHalf, kClamp, false, false>(srcs[q] + i, scale, limit, acc, dst + i, len);
     }
-    clamped[n - 1] +=
-        add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
+    clamped[n - 1] += add_source_block<L, kHalf, kClamp, false, true>(srcs[n - 1] + i, scale, limit, acc, dst + i, len);
   }
 }
 
@@ -166,14 +165,30 @@ inline __attribute__((always_inline)) void sum_float_lanes(const float* const* s
                                                            float* dst, int64_t count, int64_t* clamped) {
   const int64_t whole = count / L::kWidth * L::kWidth;
   switch (n) {
-    case 2: sum_fused<L, kHalf, kClamp, 2>(srcs, scale, limit, dst, whole, clamped); break;
-    case 3: sum_fused<L, kHalf, kClamp, 3>(srcs, scale, limit, dst, whole, clamped); break;
-    case 4: sum_fused<L, kHalf, kClamp, 4>(srcs, scale, limit, dst, whole, clamped); break;
-    case 5: sum_fused<L, kHalf, kClamp, 5>(srcs, scale, limit, dst, whole, clamped); break;
-    case 6: sum_fused<L, kHalf, kClamp, 6>(srcs, scale, limit, dst, whole, clamped); break;
-    case 7: sum_fused<L, kHalf, kClamp, 7>(srcs, scale, limit, dst, whole, clamped); break;
-    case 8: sum_fused<L, kHalf, kClamp, 8>(srcs, scale, limit, dst, whole, clamped); break;
-    default: sum_blocks<L, kHalf, kClamp>(srcs, n, scale, limit, dst, whole, clamped); break;
+    case 2:
+      sum_fused<L, kHalf, kClamp, 2>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 3:
+      sum_fused<L, kHalf, kClamp, 3>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 4:
+      sum_fused<L, kHalf, kClamp, 4>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 5:
+      sum_fused<L, kHalf, kClamp, 5>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 6:
+      sum_fused<L, kHalf, kClamp, 6>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 7:
+      sum_fused<L, kHalf, kClamp, 7>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    case 8:
+      sum_fused<L, kHalf, kClamp, 8>(srcs, scale, limit, dst, whole, clamped);
+      break;
+    default:
+      sum_blocks<L, kHalf, kClamp>(srcs, n, scale, limit, dst, whole, clamped);
+      break;
   }
   if (whole < count) {
     std::vector<const void*> tails(n);
@@ -185,13 +200,13 @@ inline __attribute__((always_inline)) void sum_float_lanes(const float* const* s
 
 template <bool kHalf, bool kClamp>
 __attribute__((target("arch=x86-64-v3"))) void sum_float_v3(const float* const* srcs, int n, float scale, float limit,
-                                                             float* dst, int64_t count, int64_t* clamped) {
+                                                            float* dst, int64_t count, int64_t* clamped) {
   sum_float_lanes<Lanes8, kHalf, kClamp>(srcs, n, scale, limit, dst, count, clamped);
 }
 
 template <bool kHalf, bool kClamp>
 __attribute__((target("arch=x86-64-v4"))) void sum_float_v4(const float* const* srcs, int n, float scale, float limit,
-                                                             float* dst, int64_t count, int64_t* clamped) {
+                                                            float* dst, int64_t count, int64_t* clamped) {
   sum_float_lanes<Lanes16, kHalf, kClamp>(srcs, n, scale, limit, dst, count, clamped);
 }
 

@@ -41,11 +41,17 @@ struct BFloat16Bits {
 };
 
 template <typename A>
-inline __attribute__((always_inline)) A to_acc(float v) { return static_cast<A>(v); }
+inline __attribute__((always_inline)) A to_acc(float v) {
+  return static_cast<A>(v);
+}
 template <typename A>
-inline __attribute__((always_inline)) A to_acc(double v) { return static_cast<A>(v); }
+inline __attribute__((always_inline)) A to_acc(double v) {
+  return static_cast<A>(v);
+}
 template <typename A>
-inline __attribute__((always_inline)) A to_acc(_Float16 v) { return static_cast<A>(static_cast<float>(v)); }
+inline __attribute__((always_inline)) A to_acc(_Float16 v) {
+  return static_cast<A>(static_cast<float>(v));
+}
 template <typename A>
 inline __attribute__((always_inline)) A to_acc(BFloat16Bits v) {
   return static_cast<A>(kernels::bfloat16_bits_to_float(v.bits));
@@ -111,7 +117,7 @@ int64_t copy_baseline(const void* src, void* dst, int64_t count, double scale, d
 // hook's two passes, are written with F16C intrinsics, 8 elements at a time;
 // the tail and every other pair of types go through copy_scaled.
 __attribute__((target("arch=x86-64-v3"))) int64_t float_to_half_v3(const float* src, _Float16* dst, int64_t count,
-                                                                    float scale, float limit) {
+                                                                   float scale, float limit) {
   using L = kernels::Lanes8;
   const __m256 s = L::splat(scale);
   const __m256 bound = L::splat(limit);
@@ -133,7 +139,7 @@ __attribute__((target("arch=x86-64-v3"))) int64_t float_to_half_v3(const float* 
 }
 
 __attribute__((target("arch=x86-64-v3"))) void half_to_float_v3(const _Float16* src, float* dst, int64_t count,
-                                                                 float scale) {
+                                                                float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
@@ -145,11 +151,11 @@ __attribute__((target("arch=x86-64-v3"))) void half_to_float_v3(const _Float16* 
 
 template <typename Src, typename Dst>
 __attribute__((target("arch=x86-64-v3"))) int64_t copy_v3(const void* src, void* dst, int64_t count, double scale,
-                                                           double limit) {
+                                                          double limit) {
   if constexpr (std::is_same_v<Src, float> && std::is_same_v<Dst, _Float16>) {
     return float_to_half_v3(static_cast<const float*>(src), static_cast<_Float16*>(dst), count,
-                            static_cast<float>(scale), std::isinf(limit) ? std::numeric_limits<float>::infinity()
-                                                                         : static_cast<float>(limit));
+                            static_cast<float>(scale),
+                            std::isinf(limit) ? std::numeric_limits<float>::infinity() : static_cast<float>(limit));
   } else if constexpr (std::is_same_v<Src, _Float16> && std::is_same_v<Dst, float>) {
     if (std::isinf(limit)) {
       half_to_float_v3(static_cast<const _Float16*>(src), static_cast<float*>(dst), count, static_cast<float>(scale));
@@ -199,11 +205,13 @@ int64_t scaled_copy_cpu(const std::vector<ScaledCopy>& pieces, double scale, dou
   };
   std::vector<Task> tasks;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    for (int64_t b = 0; b < pieces[i].count; b += kGrain) tasks.push_back({i, b, std::min(pieces[i].count, b + kGrain)});
+    for (int64_t b = 0; b < pieces[i].count; b += kGrain)
+      tasks.push_back({i, b, std::min(pieces[i].count, b + kGrain)});
   }
   std::vector<int64_t> clamped(tasks.size(), 0);
   at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) clamped[t] = copy_piece(pieces[tasks[t].piece], tasks[t].begin, tasks[t].end, scale, limit);
+    for (int64_t t = begin; t < end; ++t)
+      clamped[t] = copy_piece(pieces[tasks[t].piece], tasks[t].begin, tasks[t].end, scale, limit);
   });
   int64_t total = 0;
   for (int64_t c : clamped) total += c;

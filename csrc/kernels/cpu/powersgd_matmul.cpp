@@ -83,19 +83,19 @@ struct Kernels {
   void (*approximate)(const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t);
 };
 
-#define FASTCOMM_POWERSGD_KERNELS(SUFFIX, TARGET)                                                                \
-  TARGET void project_##SUFFIX(const float* m, const float* qt, float* p, int64_t c, int64_t r, int64_t a,       \
-                               int64_t b) {                                                                      \
-    project_rows(m, qt, p, c, r, a, b);                                                                          \
-  }                                                                                                              \
-  TARGET void back_##SUFFIX(const float* m, const float* p, float* qt, int64_t rows, int64_t c, int64_t r,       \
-                            int64_t a, int64_t b) {                                                              \
-    back_columns(m, p, qt, rows, c, r, a, b);                                                                    \
-  }                                                                                                              \
-  TARGET void approximate_##SUFFIX(const float* p, const float* qt, float* m, float* e, int64_t c, int64_t r,    \
-                                   int64_t a, int64_t b) {                                                       \
-    approximate_rows(p, qt, m, e, c, r, a, b);                                                                   \
-  }                                                                                                              \
+#define FASTCOMM_POWERSGD_KERNELS(SUFFIX, TARGET)                                                                     \
+  TARGET void project_##SUFFIX(const float* m, const float* qt, float* p, int64_t c, int64_t r, int64_t a,            \
+                               int64_t b) {                                                                           \
+    project_rows(m, qt, p, c, r, a, b);                                                                               \
+  }                                                                                                                   \
+  TARGET void back_##SUFFIX(const float* m, const float* p, float* qt, int64_t rows, int64_t c, int64_t r, int64_t a, \
+                            int64_t b) {                                                                              \
+    back_columns(m, p, qt, rows, c, r, a, b);                                                                         \
+  }                                                                                                                   \
+  TARGET void approximate_##SUFFIX(const float* p, const float* qt, float* m, float* e, int64_t c, int64_t r,         \
+                                   int64_t a, int64_t b) {                                                            \
+    approximate_rows(p, qt, m, e, c, r, a, b);                                                                        \
+  }                                                                                                                   \
   constexpr Kernels kernels_##SUFFIX{project_##SUFFIX, back_##SUFFIX, approximate_##SUFFIX};
 
 FASTCOMM_POWERSGD_KERNELS(baseline, )

@@ -33,8 +33,7 @@ inline int floor_small(float v) {
 
 template <typename T>
 inline __attribute__((always_inline)) void quantize_block(const T* src, float* error, int64_t begin, int64_t end,
-                                                          bool stochastic, uint64_t seed, float* scale_out,
-                                                          int8_t* q) {
+                                                          bool stochastic, uint64_t seed, float* scale_out, int8_t* q) {
   using A = Acc<T>;
   auto value = [&](int64_t i) { return static_cast<A>(src[i]) + (error ? static_cast<A>(error[i]) : A(0)); };
   A amax = 0;
@@ -84,10 +83,10 @@ FASTCOMM_AVX2_VARIANTS(quantize_blocks_best, quantize_blocks)
 
 // out[begin..end) of one block = scale * sum over ranks of q_r * scale_r.
 template <typename T>
-inline __attribute__((always_inline)) void dequantize_sum_blocks(const uint8_t* gathered, int64_t ranks,
-                                                                 int64_t count, int64_t block, int64_t blocks,
-                                                                 int64_t bytes, const float* scales, float s,
-                                                                 T* o, int64_t b0, int64_t b1) {
+inline __attribute__((always_inline)) void dequantize_sum_blocks(const uint8_t* gathered, int64_t ranks, int64_t count,
+                                                                 int64_t block, int64_t blocks, int64_t bytes,
+                                                                 const float* scales, float s, T* o, int64_t b0,
+                                                                 int64_t b1) {
   constexpr int64_t kChunk = 1024;  // a float32 accumulator on the stack, vectorizable inner loops
   float sum[kChunk];
   for (int64_t b = b0; b < b1; ++b) {

@@ -173,13 +173,20 @@ FASTCOMM_INLINE void reduce_loop(const void* const* srcs, int n, void* dst, int6
   }
   if constexpr (kDirect >= 8) {
     switch (n) {
-      case 3: return reduce_direct<Conv, Op, 3>(srcs, dst, count);
-      case 4: return reduce_direct<Conv, Op, 4>(srcs, dst, count);
-      case 5: return reduce_direct<Conv, Op, 5>(srcs, dst, count);
-      case 6: return reduce_direct<Conv, Op, 6>(srcs, dst, count);
-      case 7: return reduce_direct<Conv, Op, 7>(srcs, dst, count);
-      case 8: return reduce_direct<Conv, Op, 8>(srcs, dst, count);
-      default: break;
+      case 3:
+        return reduce_direct<Conv, Op, 3>(srcs, dst, count);
+      case 4:
+        return reduce_direct<Conv, Op, 4>(srcs, dst, count);
+      case 5:
+        return reduce_direct<Conv, Op, 5>(srcs, dst, count);
+      case 6:
+        return reduce_direct<Conv, Op, 6>(srcs, dst, count);
+      case 7:
+        return reduce_direct<Conv, Op, 7>(srcs, dst, count);
+      case 8:
+        return reduce_direct<Conv, Op, 8>(srcs, dst, count);
+      default:
+        break;
     }
   }
   constexpr int64_t kBlock = 1024;
@@ -245,32 +252,32 @@ struct DtypeKernels {
   ReduceFn f32, f64, bf16, f16, i8, u8, i32, i64;
 };
 
-#define FASTCOMM_DTYPE_KERNELS(SUFFIX, TARGET, HALF)                                                         \
-  TARGET void f32_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    arithmetic<Same<float>>(op, s, n, d, c);                                                                 \
-  }                                                                                                          \
-  TARGET void f64_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    arithmetic<Same<double>>(op, s, n, d, c);                                                                \
-  }                                                                                                          \
-  TARGET void bf16_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                \
-    arithmetic<BFloat16Bits>(op, s, n, d, c);                                                                \
-  }                                                                                                          \
-  TARGET void f16_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    arithmetic<HALF>(op, s, n, d, c);                                                                        \
-  }                                                                                                          \
-  TARGET void i8_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                  \
-    integral<Same<int8_t>>(op, s, n, d, c);                                                                  \
-  }                                                                                                          \
-  TARGET void u8_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                  \
-    integral<Same<uint8_t>>(op, s, n, d, c);                                                                 \
-  }                                                                                                          \
-  TARGET void i32_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    integral<Same<int32_t>>(op, s, n, d, c);                                                                 \
-  }                                                                                                          \
-  TARGET void i64_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {                 \
-    integral<Same<int64_t>>(op, s, n, d, c);                                                                 \
-  }                                                                                                          \
-  constexpr DtypeKernels kernels_##SUFFIX{f32_##SUFFIX, f64_##SUFFIX, bf16_##SUFFIX, f16_##SUFFIX,            \
+#define FASTCOMM_DTYPE_KERNELS(SUFFIX, TARGET, HALF)                                               \
+  TARGET void f32_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {       \
+    arithmetic<Same<float>>(op, s, n, d, c);                                                       \
+  }                                                                                                \
+  TARGET void f64_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {       \
+    arithmetic<Same<double>>(op, s, n, d, c);                                                      \
+  }                                                                                                \
+  TARGET void bf16_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {      \
+    arithmetic<BFloat16Bits>(op, s, n, d, c);                                                      \
+  }                                                                                                \
+  TARGET void f16_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {       \
+    arithmetic<HALF>(op, s, n, d, c);                                                              \
+  }                                                                                                \
+  TARGET void i8_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {        \
+    integral<Same<int8_t>>(op, s, n, d, c);                                                        \
+  }                                                                                                \
+  TARGET void u8_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {        \
+    integral<Same<uint8_t>>(op, s, n, d, c);                                                       \
+  }                                                                                                \
+  TARGET void i32_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {       \
+    integral<Same<int32_t>>(op, s, n, d, c);                                                       \
+  }                                                                                                \
+  TARGET void i64_##SUFFIX(ReduceKind op, const void* const* s, int n, void* d, int64_t c) {       \
+    integral<Same<int64_t>>(op, s, n, d, c);                                                       \
+  }                                                                                                \
+  constexpr DtypeKernels kernels_##SUFFIX{f32_##SUFFIX, f64_##SUFFIX, bf16_##SUFFIX, f16_##SUFFIX, \
                                           i8_##SUFFIX,  u8_##SUFFIX,  i32_##SUFFIX,  i64_##SUFFIX};
 
 FASTCOMM_DTYPE_KERNELS(baseline, , HalfFloat)

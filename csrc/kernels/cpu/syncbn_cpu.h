@@ -10,7 +10,6 @@
 namespace fastcomm {
 namespace syncbn {
 
-
 // One pass of Welford over every channel: writes the packed forward
 // statistics (1 + 2C float64 values, layout in syncbn_math.h).
 template <typename T>

@@ -75,14 +75,14 @@ void grad_input_cpu(const T* dy, const T* x, T* dx, ChannelLayout layout, const 
         const T* __restrict__ in = x + offset;
         T* __restrict__ out = dx + offset;
         for (int64_t ch = 0; ch < layout.channels; ++ch) {
-          out[ch] = static_cast<T>(a[ch] * static_cast<Acc>(g[ch]) + b[ch] * (static_cast<Acc>(in[ch]) - mean[ch]) +
-                                   c[ch]);
+          out[ch] =
+              static_cast<T>(a[ch] * static_cast<Acc>(g[ch]) + b[ch] * (static_cast<Acc>(in[ch]) - mean[ch]) + c[ch]);
         }
       });
 }
 
-#define FASTCOMM_INSTANTIATE_ELEMENTWISE(T, Acc)                                                            \
-  template void normalize_cpu<T, Acc>(const T*, T*, ChannelLayout, const Acc*, const Acc*, const Acc*);   \
+#define FASTCOMM_INSTANTIATE_ELEMENTWISE(T, Acc)                                                                  \
+  template void normalize_cpu<T, Acc>(const T*, T*, ChannelLayout, const Acc*, const Acc*, const Acc*);           \
   template void grad_input_cpu<T, Acc>(const T*, const T*, T*, ChannelLayout, const Acc*, const Acc*, const Acc*, \
                                        const Acc*);
 FASTCOMM_INSTANTIATE_ELEMENTWISE(float, float)

@@ -59,8 +59,8 @@ SumPair grad_sums_channel_planes(const T* dy, const T* x, ChannelLayout layout, 
 
 // Rows [row_begin, row_end) of the channels-last layout; out[c] receives channel c.
 template <typename T, typename Acc>
-void grad_sums_rows(const T* dy, const T* x, ChannelLayout layout, const Acc* mean, int64_t row_begin,
-                    int64_t row_end, SumPair* out) {
+void grad_sums_rows(const T* dy, const T* x, ChannelLayout layout, const Acc* mean, int64_t row_begin, int64_t row_end,
+                    SumPair* out) {
   const int64_t channels = layout.channels;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* __restrict__ dy_row = dy + r * channels;
@@ -100,8 +100,7 @@ void grad_sums_cpu(const T* dy, const T* x, ChannelLayout layout, const Acc* mea
 
 template void grad_sums_cpu<float, float>(const float*, const float*, ChannelLayout, const float*, double*);
 template void grad_sums_cpu<double, double>(const double*, const double*, ChannelLayout, const double*, double*);
-template void grad_sums_cpu<c10::Half, float>(const c10::Half*, const c10::Half*, ChannelLayout, const float*,
-                                              double*);
+template void grad_sums_cpu<c10::Half, float>(const c10::Half*, const c10::Half*, ChannelLayout, const float*, double*);
 template void grad_sums_cpu<c10::BFloat16, float>(const c10::BFloat16*, const c10::BFloat16*, ChannelLayout,
                                                   const float*, double*);
 

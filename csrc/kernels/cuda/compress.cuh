@@ -53,7 +53,8 @@ __global__ void int8_quantize_kernel(const T* src, float* error, int64_t count, 
   __syncthreads();
   if (nan) atomicOr(&nan_shared, 1);
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) amax_shared[threadIdx.x] = fmaxf(amax_shared[threadIdx.x], amax_shared[threadIdx.x + stride]);
+    if (threadIdx.x < stride)
+      amax_shared[threadIdx.x] = fmaxf(amax_shared[threadIdx.x], amax_shared[threadIdx.x + stride]);
     __syncthreads();
   }
   const float block_max = amax_shared[0];

@@ -25,8 +25,8 @@ __global__ void copy_segments_kernel(SegmentBatch batch) {
   const CopySegment seg = batch.segments[blockIdx.y];
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(seg.src) | reinterpret_cast<uintptr_t>(seg.dst) | seg.bytes) &
-                        15u) == 0;
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(seg.src) | reinterpret_cast<uintptr_t>(seg.dst) | seg.bytes) & 15u) == 0;
   if (aligned) {
     const uint4* src = static_cast<const uint4*>(seg.src);
     uint4* dst = static_cast<uint4*>(seg.dst);

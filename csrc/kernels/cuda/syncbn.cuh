@@ -169,8 +169,7 @@ __global__ void finalize_kernel(const double* packed, int64_t channels, double e
     running_mean[c] = static_cast<R>((1.0 - momentum) * static_cast<double>(running_mean[c]) + momentum * s.mean);
   }
   if (running_var != nullptr) {
-    running_var[c] =
-        static_cast<R>((1.0 - momentum) * static_cast<double>(running_var[c]) + momentum * s.unbiased_var);
+    running_var[c] = static_cast<R>((1.0 - momentum) * static_cast<double>(running_var[c]) + momentum * s.unbiased_var);
   }
 }
 
@@ -191,12 +190,12 @@ __global__ void normalize_kernel(const T* x, T* y, ChannelLayout layout, const a
 
 // coefficients[0..C) = a, [C..2C) = b, [2C..3C) = c of grad_input_coefficients.
 template <typename Acc>
-__global__ void grad_coefficients_kernel(const double* packed, const double* sums, const Acc* invstd,
-                                         const Acc* weight, int64_t channels, Acc* coefficients) {
+__global__ void grad_coefficients_kernel(const double* packed, const double* sums, const Acc* invstd, const Acc* weight,
+                                         int64_t channels, Acc* coefficients) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= channels) return;
-  const GradInputCoefficients k = grad_input_coefficients(
-      packed[0], sums[c], sums[channels + c], invstd[c], weight != nullptr ? static_cast<double>(weight[c]) : 1.0);
+  const GradInputCoefficients k = grad_input_coefficients(packed[0], sums[c], sums[channels + c], invstd[c],
+                                                          weight != nullptr ? static_cast<double>(weight[c]) : 1.0);
   coefficients[c] = static_cast<Acc>(k.a);
   coefficients[channels + c] = static_cast<Acc>(k.b);
   coefficients[2 * channels + c] = static_cast<Acc>(k.c);

@@ -51,8 +51,8 @@ std::shared_ptr<Arena::Block> Arena::allocate(size_t bytes) {
   block->bytes = need;
   block->fd = create_shared_file("fastcomm-arena", block->bytes, "fastcomm allocate_tensor");
   void* base = ::mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, block->fd, 0);
-  TORCH_CHECK(base != MAP_FAILED, "fastcomm allocate_tensor: mmap of ", block->bytes, " bytes failed: ",
-              std::strerror(errno));
+  TORCH_CHECK(base != MAP_FAILED, "fastcomm allocate_tensor: mmap of ", block->bytes,
+              " bytes failed: ", std::strerror(errno));
   block->base = base;
   std::lock_guard<std::mutex> lock(mutex_);
   block->serial = next_serial_++;

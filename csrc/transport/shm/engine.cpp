@@ -57,8 +57,8 @@ std::string algorithm_name(uint16_t code) {
 
 std::string describe(const OpDescriptor& d) {
   return c10::str(op_type_name(d.type),
-                  d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(),
-                  " (input ", d.input_bytes, " B, output ", d.output_bytes, " B",
+                  d.dtype >= 0 ? c10::str(" of ", static_cast<c10::ScalarType>(d.dtype)) : std::string(), " (input ",
+                  d.input_bytes, " B, output ", d.output_bytes, " B",
                   d.reduce_op >= 0 ? c10::str(", ", reduce_op_name(d.reduce_op)) : std::string(),
                   d.root >= 0 ? c10::str(", root ", d.root) : std::string(),
                   d.root == kRootArena ? ", arena tensor" : "", ", by ", algorithm_name(d.algorithm), ")");
@@ -217,7 +217,8 @@ std::string Engine::missing_ranks() const {
 void Engine::check_health() {
   const int failed = header_->failed_rank_plus_one.load(std::memory_order_acquire);
   if (failed > 0) {
-    const std::string reason(header_->failure_reason, strnlen(header_->failure_reason, sizeof(header_->failure_reason)));
+    const std::string reason(header_->failure_reason,
+                             strnlen(header_->failure_reason, sizeof(header_->failure_reason)));
     broken_ = c10::str("rank ", group_ranks_[failed - 1], " gave up on a collective: ", reason);
     const std::string missing = missing_ranks();
     FC_THROW_BACKEND_ERROR(op_, "stopped waiting: ", broken_,
@@ -227,8 +228,9 @@ void Engine::check_health() {
     const RankControl* peer = segment_->control(r);
     if (peer->left.load(std::memory_order_acquire) && peer->posted.load(std::memory_order_acquire) < posted_) {
       // Not fail(): the peer is gone, not this op's fault; every waiting peer sees the flag itself.
-      broken_ = c10::str("rank ", group_ranks_[r], " left the group (shutdown, abort or destroy_process_group) while rank ",
-                         group_ranks_[local_rank_], " waited for it");
+      broken_ =
+          c10::str("rank ", group_ranks_[r], " left the group (shutdown, abort or destroy_process_group) while rank ",
+                   group_ranks_[local_rank_], " waited for it");
       FC_THROW_BACKEND_ERROR(op_, broken_);
     }
   }

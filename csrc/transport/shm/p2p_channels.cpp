@@ -103,8 +103,8 @@ std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag
   bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::string& closed = !closed_.empty() ? closed_
-                                : peer < 0       ? closed_
+    const std::string& closed = !closed_.empty()             ? closed_
+                                : peer < 0                   ? closed_
                                 : kind == P2pOp::Kind::kSend ? closed_out_[peer]
                                                              : closed_in_[peer];
     if (!closed.empty()) {
@@ -243,8 +243,8 @@ bool P2pChannels::send_to(int dst, Finished& finished) {
       if (written - channel->consumed.load(std::memory_order_acquire) >= static_cast<uint64_t>(kChannelSlots)) break;
       auto* header = reinterpret_cast<ChannelSlotHeader*>(
           segment_.channel_slot(me_, dst, static_cast<int>(written % kChannelSlots)));
-      *header = ChannelSlotHeader{op->bytes_, 0, 0, op->tag_, reinterpret_cast<uint64_t>(op->data_),
-                                  static_cast<int32_t>(::getpid()), 1};
+      *header = ChannelSlotHeader{
+          op->bytes_, 0, 0, op->tag_, reinterpret_cast<uint64_t>(op->data_), static_cast<int32_t>(::getpid()), 1};
       channel->written.store(++written, std::memory_order_release);
       written_[dst] = written;
       ring(dst);
@@ -403,8 +403,9 @@ bool P2pChannels::receive_waits_on(int src) const {
 void P2pChannels::check_health(Finished& finished, bool check_pids) {
   for (const auto peer : c10::irange(local_size_)) {
     if (peer == me_) continue;
-    const bool involved = !sends_[peer].empty() || incoming_[peer].active ||
-                          std::any_of(recvs_.begin(), recvs_.end(), [peer](const OpPtr& r) { return r->peer_ == peer; });
+    const bool involved =
+        !sends_[peer].empty() || incoming_[peer].active ||
+        std::any_of(recvs_.begin(), recvs_.end(), [peer](const OpPtr& r) { return r->peer_ == peer; });
     if (!involved) continue;
     const RankControl* control = segment_.control(peer);
     std::string why;
@@ -412,7 +413,8 @@ void P2pChannels::check_health(Finished& finished, bool check_pids) {
       why = c10::str("rank ", group_rank_of(peer),
                      " left the group (shutdown, abort or destroy_process_group) with messages pending");
     } else if (check_pids && !process_alive(control->pid)) {
-      why = c10::str("rank ", group_rank_of(peer), " (pid ", control->pid, ") on this host exited with messages pending");
+      why =
+          c10::str("rank ", group_rank_of(peer), " (pid ", control->pid, ") on this host exited with messages pending");
     }
     if (!why.empty()) {
       close_outgoing(peer, why, finished);

@@ -181,7 +181,8 @@ class P2pChannels {
   void close_outgoing(int dst, const std::string& why, Finished& finished);
   void close_incoming(int src, const std::string& why, Finished& finished);
   // Ops not yet finished that were posted before `posted_before` (default: any).
-  bool has_pending(std::chrono::steady_clock::time_point posted_before = std::chrono::steady_clock::time_point::max()) const;
+  bool has_pending(
+      std::chrono::steady_clock::time_point posted_before = std::chrono::steady_clock::time_point::max()) const;
 
   // Without mutex_.
   bool run_pass();  // one progress pass; completes what finished; true when bytes moved

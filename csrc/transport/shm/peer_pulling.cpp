@@ -82,7 +82,8 @@ void PeerPulling::before_sleep(uint64_t target) {
   checks_left_ = kPullChecks;
   for (int r = 0; r < segment_.local_size(); ++r) {
     const RankControl* peer = segment_.control(r);
-    switches_seen_[r] = r == local_rank_ ? -1 : involuntary_switches(peer->pid, peer->tid.load(std::memory_order_acquire));
+    switches_seen_[r] =
+        r == local_rank_ ? -1 : involuntary_switches(peer->pid, peer->tid.load(std::memory_order_acquire));
   }
   pull_one_preempted(target, /*counts_just_read=*/true);
 }
@@ -97,7 +98,8 @@ void PeerPulling::pull_one_preempted(uint64_t target, bool counts_just_read) {
   const int cpu = ::sched_getcpu();
   for (int r = 0; r < segment_.local_size(); ++r) {
     RankControl* peer = segment_.control(r);
-    // Not this rank, not one that has posted, not one whose last post was on this CPU (it gets the CPU when this rank sleeps).
+    // Not this rank, not one that has posted, not one whose last post was on this CPU (it gets the CPU when this rank
+    // sleeps).
     if (r == local_rank_ || peer->posted.load(std::memory_order_acquire) >= target ||
         peer->cpu.load(std::memory_order_relaxed) == cpu) {
       continue;
@@ -108,8 +110,9 @@ void PeerPulling::pull_one_preempted(uint64_t target, bool counts_just_read) {
     const int tid = peer->tid.load(std::memory_order_acquire);
     // Right after before_sleep() read them, the counts are not read again (only the free op's test can hold).
     const int64_t now = counts_just_read ? switches_seen_[r] : involuntary_switches(peer->pid, tid);
-    const bool preempted = now >= 0 && ((switches_seen_[r] >= 0 && now > switches_seen_[r]) ||
-                                        (op_runs_free_ && now > peer->free_op_switches.load(std::memory_order_relaxed)));
+    const bool preempted =
+        now >= 0 && ((switches_seen_[r] >= 0 && now > switches_seen_[r]) ||
+                     (op_runs_free_ && now > peer->free_op_switches.load(std::memory_order_relaxed)));
     if (!preempted) continue;
     const cpu_set_t set = cpu_set_of({cpu});
     peer->moving.store(1, std::memory_order_release);
@@ -117,7 +120,8 @@ void PeerPulling::pull_one_preempted(uint64_t target, bool counts_just_read) {
       peer->moving.store(0, std::memory_order_relaxed);
       continue;
     }
-    peer->moves.fetch_add(1, std::memory_order_release);  // after the move: the peer sets its CPUs again when its op ends
+    peer->moves.fetch_add(1,
+                          std::memory_order_release);  // after the move: the peer sets its CPUs again when its op ends
     pulled_this_op_ = true;
     ++pulls_;
     return;

@@ -92,10 +92,10 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_size
   TORCH_CHECK(h->version == kVersion, "fastcomm shm: segment ", name, " has layout version ", h->version,
               ", this build uses ", kVersion, " (mixed fastcomm versions on one host?)");
   TORCH_CHECK(h->nonce == nonce, "fastcomm shm: segment ", name, " is not the one the creator published (nonce)");
-  TORCH_CHECK(h->local_size == static_cast<uint32_t>(local_size) && h->slot_bytes == slot_bytes &&
-                  h->total_bytes == bytes,
-              "fastcomm shm: segment ", name, " header says ", h->local_size, " ranks x ", h->slot_bytes,
-              " bytes per slot, expected ", local_size, " x ", slot_bytes);
+  TORCH_CHECK(
+      h->local_size == static_cast<uint32_t>(local_size) && h->slot_bytes == slot_bytes && h->total_bytes == bytes,
+      "fastcomm shm: segment ", name, " header says ", h->local_size, " ranks x ", h->slot_bytes,
+      " bytes per slot, expected ", local_size, " x ", slot_bytes);
   return segment;
 }
 

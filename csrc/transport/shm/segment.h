@@ -62,7 +62,8 @@ class Segment {
                                              channel_offset(local_size(), slot_bytes(), src, dst));
   }
   char* channel_slot(int src, int dst, int i) const {
-    return reinterpret_cast<char*>(channel(src, dst)) + kChannelControlBytes + static_cast<size_t>(i) * kChannelSlotBytes;
+    return reinterpret_cast<char*>(channel(src, dst)) + kChannelControlBytes +
+           static_cast<size_t>(i) * kChannelSlotBytes;
   }
 
  private:

@@ -34,7 +34,7 @@ int open_shared_file(const std::string& path, size_t bytes, bool writable, std::
           " (its creator has exited, or is another user's or another pid namespace's process)";
     return -1;
   }
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) {
     why = std::string("fstat failed: ") + std::strerror(errno);
   } else if (static_cast<size_t>(st.st_size) != bytes) {

@@ -9,6 +9,7 @@ rank writes OUT_DIR/rank<r>.json: {"checks": {name: "ok" | traceback},
 rank with exit status 1 (torchrun then stops the job) rather than leaving its
 peers to wait for collectives it will not issue.
 """
+
 import datetime
 import importlib
 import json

@@ -18,6 +18,7 @@ made_again:        a default group made, destroyed and made again
                    the algorithms, whose first registrations died with the first.
 Prints 'RESULT <rank> ok <details>' or 'RESULT <rank> <error type>: <message>'.
 """
+
 import datetime
 import os
 import sys
@@ -76,16 +77,19 @@ def main() -> None:
         made_again(store)
         return
     try:
-        dist.init_process_group("fastcomm", store=store, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=20))
+        dist.init_process_group(
+            "fastcomm", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=20)
+        )
     except Exception as error:  # noqa: BLE001  (reported to the test)
         report(f"{type(error).__name__}: {error}")
         return
     backend = fastcomm.fastcomm_backend()
     if scenario == "affinity_differs":
         exact_all_reduces()
-        report(f"ok single_copy_min={backend.config.shm_allreduce_single_copy_min_bytes} "
-               f"counts={sorted(backend.algorithm_counts())}")
+        report(
+            f"ok single_copy_min={backend.config.shm_allreduce_single_copy_min_bytes} "
+            f"counts={sorted(backend.algorithm_counts())}"
+        )
     elif scenario == "algorithm_differs":
         try:
             dist.all_reduce(torch.ones(1024))  # 4 KiB: one-shot on one rank, two-shot on the other

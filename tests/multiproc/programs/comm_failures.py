@@ -24,6 +24,7 @@ Rank 0 prints 'RESULT <case> raised <error type>: <message>' or
 'RESULT <case> returned' per case, then 'DONE'; a rank that fails outside the
 failing steps prints 'FAILED <rank> <traceback tail>'.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -45,8 +46,11 @@ import fastcomm.sync
 CASE_TIMEOUT = {"late": datetime.timedelta(seconds=10), "kill": datetime.timedelta(seconds=60)}
 SETUP_TIMEOUT = datetime.timedelta(seconds=120)  # start-up and hand-offs: many ranks start on few CPUs
 HOOK_OPTIONS = {"powersgd": {"start_powerSGD_iter": 0}}  # compressed steps (the default starts after 1000)
-SYNC_OPTIONS = {"model_sync": {}, "model_sync_int8": {"mode": "incremental", "compression": "int8"},
-                "model_sync_async": {"async_op": True}}
+SYNC_OPTIONS = {
+    "model_sync": {},
+    "model_sync_int8": {"mode": "incremental", "compression": "int8"},
+    "model_sync_async": {"async_op": True},
+}
 
 
 def _say(line: str) -> None:
@@ -142,8 +146,9 @@ def main() -> None:
     dist.init_process_group("fastcomm", store=store, rank=rank, world_size=world_size, timeout=SETUP_TIMEOUT)
     try:
         # every rank makes every group, in one order (a rank outside a group gets a placeholder)
-        groups = [dist.new_group([0, 1 if fault == "late" else i + 1], timeout=CASE_TIMEOUT[fault])
-                  for i in range(len(cases))]
+        groups = [
+            dist.new_group([0, 1 if fault == "late" else i + 1], timeout=CASE_TIMEOUT[fault]) for i in range(len(cases))
+        ]
         if rank == 0:
             _survivor(fault, cases, groups)
         else:

@@ -16,6 +16,7 @@ Per-rank configuration (options that may differ, CPU affinity) comes from the
 environment the test gives each rank; FUZZ_BIND_ONE_CPU=1 binds the rank to
 one CPU before the group is made (a launcher's doing).
 """
+
 import copy
 import datetime
 import os
@@ -35,8 +36,16 @@ REDUCE_OPS = {"sum": R.SUM, "max": R.MAX, "min": R.MIN}
 # scatter go to Gloo there. A mismatch that sends one rank to the engine and
 # another to Gloo is caught only by the timeout, and leaves the engine
 # unusable: the drawn mismatches stay within one of the two sets.
-ENGINE_OPS = ["all_reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
-              "reduce", "all_to_all_single", "barrier"]
+ENGINE_OPS = [
+    "all_reduce",
+    "broadcast",
+    "all_gather_into_tensor",
+    "all_gather",
+    "reduce_scatter_tensor",
+    "reduce",
+    "all_to_all_single",
+    "barrier",
+]
 GLOO_OPS = ["gather", "scatter"]
 
 
@@ -94,7 +103,7 @@ def run_op(c: Call, k: int, rank: int, n: int, rng: random.Random) -> str:
     elif c.op == "all_gather_into_tensor":
         out = torch.zeros(n * c.numel, dtype=c.dtype)
         if c.layout == "alias":  # the input is block alias_block of the output (this rank's own, or not)
-            block = out[c.alias_block * c.numel:(c.alias_block + 1) * c.numel]
+            block = out[c.alias_block * c.numel : (c.alias_block + 1) * c.numel]
             block.copy_(everyone[rank])
             mine = block
         dist.all_gather_into_tensor(out, mine)
@@ -108,7 +117,7 @@ def run_op(c: Call, k: int, rank: int, n: int, rng: random.Random) -> str:
         inp = torch.cat(blocks[rank])
         out = torch.zeros(c.numel, dtype=c.dtype)
         if c.layout == "alias":  # the output is block alias_block of the input
-            out = inp[c.alias_block * c.numel:(c.alias_block + 1) * c.numel]
+            out = inp[c.alias_block * c.numel : (c.alias_block + 1) * c.numel]
         dist.reduce_scatter_tensor(out, inp, op=op)
         assert torch.equal(out, reduce_all([blocks[r][rank] for r in range(n)], c.reduce)), "reduce_scatter_tensor"
     elif c.op == "all_to_all_single":
@@ -157,8 +166,9 @@ def main() -> None:
         dist.init_process_group("fastcomm", timeout=timeout)
     else:
         n = int(sys.argv[2])
-        dist.init_process_group("fastcomm", store=dist.FileStore(sys.argv[3], n), rank=int(sys.argv[1]),
-                                world_size=n, timeout=timeout)
+        dist.init_process_group(
+            "fastcomm", store=dist.FileStore(sys.argv[3], n), rank=int(sys.argv[1]), world_size=n, timeout=timeout
+        )
     rank, n = dist.get_rank(), dist.get_world_size()
     rng = random.Random(seed)  # the same draws on every rank
     layout_rng = random.Random(seed * 7 + rank)  # this rank's own views
@@ -183,8 +193,11 @@ def main() -> None:
         except RuntimeError as error:
             outcome = "raised " + " ".join(str(error).split())[:200]
         expect = "mismatch" if odd_rank >= 0 else "match"
-        print(f"OUTCOME {rank} {k} {outcome.split()[0]} {expect} {c.op} {c.dtype} {c.numel} {c.layout} "
-              f"{changed} | {outcome}", flush=True)
+        print(
+            f"OUTCOME {rank} {k} {outcome.split()[0]} {expect} {c.op} {c.dtype} {c.numel} {c.layout} "
+            f"{changed} | {outcome}",
+            flush=True,
+        )
     dist.destroy_process_group()
     print(f"DONE {rank}", flush=True)
 

@@ -16,6 +16,7 @@ Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
 'SHM_BEFORE <n>' and 'SHM_AFTER <n>' (entries in /dev/shm before the ranks
 start and after every rank has ended).
 """
+
 import datetime
 import os
 import signal
@@ -50,8 +51,9 @@ def _arm(step: str, rank: int) -> None:
     real_c, real_get_all, real_make_gloo = _shm._C, _shm._get_all, _shm.make_gloo
 
     def get_all(store, kind, ranks, clock):
-        if rank == 0 and ((step == "after_host_keys" and kind == "host") or
-                          (step == "during_statuses" and kind == "status")):
+        if rank == 0 and (
+            (step == "after_host_keys" and kind == "host") or (step == "during_statuses" and kind == "status")
+        ):
             if kind == "host":
                 real_get_all(store, kind, ranks, clock)  # every rank has published: then die
             _die()
@@ -80,8 +82,9 @@ def _arm(step: str, rank: int) -> None:
             _die()
         return real_make_gloo(*args, **kwargs)
 
-    _shm._C = types.SimpleNamespace(ShmEngine=Engine, set_cpu_binding=real_c.set_cpu_binding,
-                                    set_home_cpu=real_c.set_home_cpu)
+    _shm._C = types.SimpleNamespace(
+        ShmEngine=Engine, set_cpu_binding=real_c.set_cpu_binding, set_home_cpu=real_c.set_home_cpu
+    )
     _shm._get_all = get_all
     _shm.make_gloo = make_gloo
 
@@ -94,8 +97,13 @@ def _rank(rank: int, step: str, store_path: str) -> None:
     _arm(step, rank)
     start = time.monotonic()
     try:
-        dist.init_process_group("fastcomm", init_method=f"file://{store_path}", rank=rank, world_size=WORLD_SIZE,
-                                timeout=datetime.timedelta(seconds=GROUP_TIMEOUT))
+        dist.init_process_group(
+            "fastcomm",
+            init_method=f"file://{store_path}",
+            rank=rank,
+            world_size=WORLD_SIZE,
+            timeout=datetime.timedelta(seconds=GROUP_TIMEOUT),
+        )
         if step == "after_setup" and rank == 0:
             _die()
         dist.all_reduce(torch.ones(4))

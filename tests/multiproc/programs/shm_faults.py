@@ -35,6 +35,7 @@ p2p_mismatch: 3 ranks; rank 0 sends 3 MiB to rank 1, which expects 2 MiB
 Every live rank prints 'RESULT <rank> <seconds> <error type>: <message>' or
 'RESULT <rank> ok', and 'SHM <rank> <fastcomm entries in /dev/shm>'.
 """
+
 import datetime
 import os
 import signal
@@ -66,7 +67,10 @@ def _report(rank: int, start: float, err: BaseException) -> None:
 
 def _init(rank: int, world_size: int, store_path: str, seconds: float) -> None:
     dist.init_process_group(
-        "fastcomm", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
+        "fastcomm",
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=world_size,
         timeout=datetime.timedelta(seconds=seconds),
     )
     assert fastcomm.fastcomm_backend().shm_engine is not None, "the engine should be on"
@@ -158,8 +162,10 @@ def _mismatch(rank: int, world_size: int, store_path: str) -> None:
         lambda: dist.all_reduce(torch.ones(4)) if rank == 0 else dist.broadcast(torch.ones(4), src=0),  # collectives
         # uneven splits that do not match: every rank sends 1 row to everyone, rank 0 expects 2 from rank 1
         lambda: dist.all_to_all_single(
-            torch.zeros(n + (1 if rank == 0 else 0)), torch.ones(n),
-            output_split_sizes=[1] * n if rank else [1, 2] + [1] * (n - 2), input_split_sizes=[1] * n,
+            torch.zeros(n + (1 if rank == 0 else 0)),
+            torch.ones(n),
+            output_split_sizes=[1] * n if rank else [1, 2] + [1] * (n - 2),
+            input_split_sizes=[1] * n,
         ),
         lambda: _failed_work(dist.all_reduce(torch.ones(4 + rank), async_op=True)),  # sizes, through the Work
         lambda: dist.all_reduce(torch.ones(4 + rank), op=dist.ReduceOp.AVG),  # sizes, under avg_via_sum's step
@@ -182,8 +188,11 @@ def _mismatch_hosts(rank: int, world_size: int, store_path: str) -> None:
     host = rank // 2
     cases = [
         lambda: dist.all_reduce(torch.ones(4 + host)),  # sizes
-        lambda: dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4)) if host == 0
-        else dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size)),  # collectives
+        lambda: (
+            dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.ones(4))
+            if host == 0
+            else dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))
+        ),  # collectives
     ]
     for case in cases:  # a mismatch across hosts breaks the group: a fresh one per case
         _init(rank, world_size, f"{store_path}-{cases.index(case)}", 10.0)

@@ -22,6 +22,7 @@ Then 'OK <rank>' and, after destroying the groups, 'THREADS <rank> <threads
 before init> <threads now>', Gloo's own threads not counted (torch keeps a
 destroyed new_group's Gloo backend, and its threads, alive: plain Gloo groups too).
 """
+
 import ctypes
 import datetime
 import json
@@ -59,8 +60,13 @@ def _rank(rank: int, store_dir: str) -> None:
 
     torch.set_num_threads(1)  # no OpenMP workers: the thread count below is the communication's
     threads_before = _threads()
-    dist.init_process_group("fastcomm", init_method=f"file://{store_dir}/store", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "fastcomm",
+        init_method=f"file://{store_dir}/store",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=30),
+    )
     backend = fastcomm.fastcomm_backend()
     assert backend.shm_engine is not None
     large = (4 << 20) // 4 + 3  # float32: allreduce_shm_single_copy's range (2 ranks on at least 2 CPUs)
@@ -77,8 +83,10 @@ def _rank(rank: int, store_dir: str) -> None:
     numel = 1 << 18  # 1 MiB of float32: above the default threshold
     for k in range(3):
         got = torch.zeros(numel)
-        works = [dist.isend(torch.arange(numel, dtype=torch.float32) + 1000 * rank + k, dst=peer),
-                 dist.irecv(got, src=peer)]
+        works = [
+            dist.isend(torch.arange(numel, dtype=torch.float32) + 1000 * rank + k, dst=peer),
+            dist.irecv(got, src=peer),
+        ]
         for w in works:
             w.wait()
         assert torch.equal(got, torch.arange(numel, dtype=torch.float32) + 1000 * peer + k), f"message {k}"

@@ -6,6 +6,7 @@ silent_peer: both ranks start; rank 1 never joins the all_reduce; rank 0's
              all_reduce must fail within the group timeout.
 Prints 'RESULT <seconds> <error type>: <message>' for rank 0.
 """
+
 import datetime
 import os
 import sys

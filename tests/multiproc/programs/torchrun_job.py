@@ -1,4 +1,5 @@
 """Run under torchrun: env:// rendezvous, the default group on fastcomm."""
+
 import torch
 import torch.distributed as dist
 
