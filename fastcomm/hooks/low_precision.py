@@ -45,20 +45,24 @@ class LowPrecisionState(HookState):
         self._clamped: torch.Tensor | None = None  # int64 on the buckets' device: read only by stats()
 
     def stats(self) -> dict[str, Any]:
+        """HookState.stats() and "clamped": float16 elements clamped to stay finite in the sum."""
         stats = super().stats()
         stats["clamped"] = int(self._clamped.item()) if self._clamped is not None else 0
         return stats
 
     def state_dict(self) -> dict[str, Any]:
+        """HookState.state_dict() and the clamp counter."""
         state = super().state_dict()
         state["clamped"] = self.stats()["clamped"]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what state_dict returned, the clamp counter included."""
         super().load_state_dict(state)
         self._clamped = torch.tensor([int(state["clamped"])], dtype=torch.long)
 
     def clamped_counter(self, device: torch.device) -> torch.Tensor:
+        """The clamp counter on `device` (the kernels add to it without a host sync)."""
         if self._clamped is None or self._clamped.device != device:
             previous = self._clamped.to(device) if self._clamped is not None else None
             self._clamped = previous if previous is not None else torch.zeros(1, dtype=torch.long, device=device)

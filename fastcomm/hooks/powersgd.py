@@ -139,6 +139,8 @@ class PowerSGDState(HookState):
         )
 
     def compresses(self, rows: int, cols: int) -> bool:
+        """Whether a rows x cols gradient is compressed: its rank-r factors are
+        smaller than the matrix by at least min_compression_rate."""
         r = self.matrix_approximation_rank
         return r < min(rows, cols) and (rows + cols) * r * self.min_compression_rate < rows * cols
 
@@ -163,6 +165,8 @@ class PowerSGDState(HookState):
             self._next_stats_report = self.steps + self.compression_stats_logging_frequency
 
     def plan_for(self, bucket: dist.GradBucket, grads: list[torch.Tensor]) -> "_BucketPlan":
+        """Which of the bucket's gradients are compressed and how they are batched
+        (made once per bucket layout, then reused)."""
         layout = self.bucket_layout(bucket)
         signature = (bucket.buffer().dtype, layout, tuple(tuple(g.shape) for g in grads))
         plan = self._plans.get(bucket.index())
@@ -183,12 +187,14 @@ class PowerSGDState(HookState):
         return torch.randn(numel, generator=generator, dtype=torch.float32, device=device).to(dtype)
 
     def state_dict(self) -> dict[str, Any]:
+        """HookState.state_dict() (its buffers and counters) and torch's compression counters."""
         state = super().state_dict()
         state["numel_before_compression"] = self.total_numel_before_compression
         state["numel_after_compression"] = self.total_numel_after_compression
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what state_dict returned."""
         super().load_state_dict(state)
         self.total_numel_before_compression = int(state.get("numel_before_compression", 0))
         self.total_numel_after_compression = int(state.get("numel_after_compression", 0))

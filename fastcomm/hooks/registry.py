@@ -51,6 +51,7 @@ HOOKS: dict[str, Hook] = {
     "powersgd": _hook("powersgd", PowerSGDState, powersgd_hook),
 }
 HOOK_NAMES = tuple(HOOKS)
+"""The names `register` and `make_state` take, in the order of the docs' table."""
 # Hooks that hand DDP's bucket itself to a collective (the gather hooks send a
 # compressed copy): they gain from DDP's buckets in fastcomm's arena.
 _BUCKET_IN_PLACE = {"allreduce", "fp16", "bf16", "powersgd"}

@@ -103,6 +103,8 @@ class HookState:
         self._param_names = {id(p): name for name, p in module.named_parameters()}
 
     def param_key(self, param: torch.Tensor) -> str:
+        """The parameter's name in the bound DDP model (its id where unbound): what
+        per-parameter buffers are saved under in state_dict."""
         return self._param_names.get(id(param)) or f"id:{id(param)}"
 
     def bucket_layout(self, bucket: dist.GradBucket) -> Layout:
@@ -156,6 +158,7 @@ class HookState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what state_dict returned; ValueError if it was another hook's."""
         if state.get("hook") != self.hook_name:
             raise ValueError(
                 f"fastcomm.hooks {self.hook_name}: load_state_dict got the state of hook {state.get('hook')!r}"

@@ -32,6 +32,7 @@ class TopKState(ErrorFeedbackState):
         self.ratio = _options.fraction(self.hook_name, "ratio", ratio)
 
     def k_for(self, numel: int) -> int:
+        """How many elements a bucket of `numel` sends: ceil(ratio * numel), at least 1."""
         return min(numel, max(1, math.ceil(self.ratio * numel)))
 
 

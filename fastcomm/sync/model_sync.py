@@ -40,6 +40,7 @@ import torch.distributed as dist
 from fastcomm.sync.codecs import Codec
 
 MODES = ("full", "incremental")
+"""What ModelSync(mode=...) takes: average the parameters, or their change since the last sync."""
 
 
 def _flat(params: list[torch.Tensor]) -> torch.Tensor:
@@ -223,6 +224,7 @@ class ModelSync:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what state_dict returned; ValueError for another mode or compression."""
         if (state["mode"], state["compression"]) != (self.mode, self._codec.compression):
             raise ValueError(
                 f"fastcomm.sync: load_state_dict got mode {state['mode']!r} / compression "
