@@ -15,6 +15,7 @@ from fastcomm._version import __version__
 # or, worse, succeeds; both become one ImportError that names the two torch
 # versions and the rebuild.
 _torch_check.check_before_load(torch.__version__)
+_torch_check.check_built()
 try:
     from fastcomm import _C
 except ImportError as error:

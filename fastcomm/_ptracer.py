@@ -14,18 +14,19 @@ the launcher's tree gains anything. Open MPI and Charm++ declare
 ``PR_SET_PTRACER_ANY`` instead, which opens the rank to every process of the
 user; fastcomm does not.
 
-Where the nearest common ancestor is the host's init (ranks started apart,
-e.g. from two shells) nothing is declared: that would be ``ANY`` under
-another name. Inside a container's pid namespace, pid 1 is the container's
-own first process and may be declared. Scopes 0 (no restriction), 2 and 3
+Only ancestors in the ranks' own process session count (``ancestry``): ranks started
+apart (two logins, two terminal panes) meet only in sshd, tmux or the host's
+init, and declaring those would be ``ANY`` under another name, so nothing is
+declared. The kernel keeps one ptracer per process, so a later group never
+narrows what an earlier one declared (``_declare``). Inside a container's pid
+namespace, pid 1 is the container's own first process and may be declared. Scopes 0 (no restriction), 2 and 3
 (admin only, no attach) need or allow nothing, so only scope 1 does anything
 here, and the whole exchange is skipped elsewhere.
 
 Whether single copy then works is still decided by the engine's probe on
 every rank, compared across ranks (csrc/algorithms/shm_single_copy.cpp): a
 declaration that fails only means two copies, never a wrong result.
-The declaration replaces any ptracer the process declared before (one per
-process, as the kernel keeps it).
+The declaration replaces any ptracer the process itself declared before.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class Declaration:
 
 # The last declaration of this process (None: no group asked yet).
 last: Declaration | None = None
+# The pid the kernel holds as this process's ptracer (None: none declared here).
+_declared: int | None = None
 
 
 def yama_scope(path: str | None = None) -> int | None:
@@ -68,18 +71,24 @@ def yama_scope(path: str | None = None) -> int | None:
 
 
 def ancestry(pid: int | str = "self", proc: str = "/proc") -> list[int]:
-    """`pid`, its parent, its parent's parent, ... up to the first process of
-    the pid namespace (whose parent is 0), read from /proc/<pid>/stat."""
+    """`pid`, its parent, its parent's parent, ... while they stay in `pid`'s
+    process session, read from /proc/<pid>/stat. The process session bounds what may be
+    declared: ranks started from two logins or two terminal panes meet only in
+    sshd, tmux or the user's systemd, whose descendants are nearly every
+    process of the user; one launcher's ranks share its process session."""
     chain: list[int] = []
-    current = str(pid)
+    current, sid = str(pid), None
     for _ in range(4096):  # bounded: pid chains are far shorter
         try:
             with open(os.path.join(proc, current, "stat")) as f:
                 stat = f.read()
         except OSError:
             break
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        # "pid (comm) state ppid pgrp sid ...": comm may hold spaces and parentheses.
         own, after = stat.split(" ", 1)[0], stat.rsplit(")", 1)[1].split()
+        if sid is not None and int(after[3]) != sid:
+            break
+        sid = int(after[3])
         chain.append(int(own))
         parent = int(after[1])
         if parent <= 0:
@@ -137,11 +146,29 @@ def declare_for_host(store: dist.Store, prefix: str, rank: int, local: list[int]
         needless = "no Yama" if scope is None else f"ptrace_scope {scope} needs no declaration or allows none"
         last = Declaration(scope, None, False, needless if len(local) > 1 else "alone on its host")
         return last
-    store.set(f"{prefix}{rank}", " ".join(map(str, ancestry())))
+    own = ancestry()
+    if not own or own[0] != os.getpid():
+        own = []  # /proc of another pid namespace: its pids mean nothing to prctl; the ranks then share no ancestor
+    store.set(f"{prefix}{rank}", " ".join(map(str, own)))
     chains = [[int(p) for p in value.split()] for value in get_all(store, prefix, local)]
     ptracer, why = choose_ptracer(chains, in_initial_pid_namespace())
-    error = _prctl_set_ptracer(ptracer) if ptracer is not None else 0
-    if error:
-        why = f"prctl(PR_SET_PTRACER, {ptracer}) failed: {os.strerror(error)}"
-    last = Declaration(scope, ptracer, ptracer is not None and not error, why)
+    last = _declare(scope, ptracer, why, own)
     return last
+
+
+def _declare(scope: int, ptracer: int | None, why: str, own: list[int]) -> Declaration:
+    """Declares `ptracer` unless the one declared for an earlier group is above
+    it in this process's ancestry `own`: the kernel keeps one ptracer per
+    process, so a narrower one would cut off the earlier group's peers."""
+    global _declared
+    if ptracer is None:
+        return Declaration(scope, None, False, why)
+    if _declared is not None and _declared in own and ptracer in own and own.index(_declared) >= own.index(ptracer):
+        return Declaration(
+            scope, _declared, True, f"{why}; kept pid {_declared}, declared for an earlier group, which holds it"
+        )
+    error = _prctl_set_ptracer(ptracer)
+    if error:
+        return Declaration(scope, ptracer, False, f"prctl(PR_SET_PTRACER, {ptracer}) failed: {os.strerror(error)}")
+    _declared = ptracer
+    return Declaration(scope, ptracer, True, why)

@@ -57,6 +57,20 @@ def check_before_load(loaded: str) -> None:
         raise ImportError(mismatch_message(built, loaded))
 
 
+def check_built() -> None:
+    """ImportError saying the extension is not built when no fastcomm._C file
+    is there (``from fastcomm import _C`` would raise a plain ImportError that
+    reads like a circular import)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("fastcomm._C")
+    except ImportError:
+        return  # a finder refused it: the import that follows fails and explain_load_failure words it
+    if spec is None:
+        raise ImportError(f"fastcomm's compiled extension (fastcomm._C) is not built here; {REBUILD}")
+
+
 def explain_load_failure(error: ImportError, loaded: str) -> ImportError:
     """The ImportError to raise instead of `error`, which ``import fastcomm._C``
     raised after check_before_load passed."""

@@ -33,6 +33,18 @@ def _hook(name: str, state_class: type[HookState], hook: Callable) -> Hook:
     return Hook(state_class, hook, lambda state: check_state(name, state, state_class))
 
 
+def _check_state_is_hooks(name: str, state: HookState) -> None:
+    """Every state is a HookState (the allreduce hook's type): its hook_name
+    tells whose it is, so register(ddp, "allreduce", state=PowerSGDState())
+    is refused too."""
+    HOOKS[name].check_state(state)
+    if state.hook_name != name:
+        raise TypeError(
+            f"fastcomm.hooks.register: the state is the {state.hook_name} hook's "
+            f"({type(state).__qualname__}), not the {name} hook's"
+        )
+
+
 HOOKS: dict[str, Hook] = {
     "allreduce": _hook("allreduce", HookState, allreduce_hook),
     "fp16": Hook(
@@ -125,7 +137,7 @@ def register(
             )
         if name not in HOOKS:
             raise ValueError(f"fastcomm.hooks.register: unknown hook {name!r}; choose one of {', '.join(HOOK_NAMES)}")
-        HOOKS[name].check_state(state)
+        _check_state_is_hooks(name, state)
     state.bind(ddp_model)
     ddp_model.register_comm_hook(state, HOOKS[name].hook)
     _suggest_fast_path(ddp_model, name, state)

@@ -91,6 +91,12 @@ def wrong_state_refused_at_registration(rank: int, world_size: int) -> None:
         ("powersgd", torch_state, _needs("powersgd", "PowerSGDState", f"{torch_powersgd.__name__}.PowerSGDState")),
         ("int8", hooks.PowerSGDState(), _needs("int8", "Int8State", "fastcomm.hooks.powersgd.PowerSGDState")),
         ("allreduce", object(), _needs("allreduce", "HookState", "builtins.object")),
+        # every state is a HookState: the allreduce hook refuses another hook's by its name
+        (
+            "allreduce",
+            hooks.PowerSGDState(),
+            "fastcomm.hooks.register: the state is the powersgd hook's (PowerSGDState), not the allreduce hook's",
+        ),
     ]
     ddp = DDP(nn.Linear(6, 3))
     for name, state, message in cases:

@@ -125,3 +125,21 @@ def test_messages(monkeypatch):
         "which), this process loaded torch 2.14.1+cu130 (loading it failed: _C.so: undefined symbol: x); "
         f"{_torch_check.REBUILD}"
     )
+
+
+def test_a_missing_extension_says_it_is_not_built(tmp_path):
+    # No fastcomm._C anywhere: "from fastcomm import _C" alone would raise a
+    # plain ImportError that reads like a circular import.
+    done = run_python(
+        """
+        import importlib.util
+        real = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *a: None if name == "fastcomm._C" else real(name, *a)
+        import fastcomm
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 1
+    message = last_line(done.stderr)
+    assert message.startswith("ImportError: fastcomm's compiled extension (fastcomm._C) is not built here; ")
+    assert REBUILD in message
