@@ -193,13 +193,18 @@ def main() -> None:
         except RuntimeError as error:
             outcome = "raised " + " ".join(str(error).split())[:200]
         expect = "mismatch" if odd_rank >= 0 else "match"
-        print(
-            f"OUTCOME {rank} {k} {outcome.split()[0]} {expect} {c.op} {c.dtype} {c.numel} {c.layout} "
-            f"{changed} | {outcome}",
-            flush=True,
+        emit(
+            f"OUTCOME {rank} {k} {outcome.split()[0]} {expect} {c.op} {c.dtype} {c.numel} {c.layout} {changed} | {outcome}"
         )
     dist.destroy_process_group()
-    print(f"DONE {rank}", flush=True)
+    emit(f"DONE {rank}")
+
+
+def emit(line: str) -> None:
+    """One line in one write: the ranks share the launcher's pipe, and print's
+    separate writes of the text and its newline interleaved ("DONE 2DONE 3")."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 main()
