@@ -14,7 +14,7 @@ the launcher's tree gains anything. Open MPI and Charm++ declare
 ``PR_SET_PTRACER_ANY`` instead, which opens the rank to every process of the
 user; fastcomm does not.
 
-Only ancestors in the ranks' own process session count (``ancestry``): ranks started
+Only ancestors with the ranks' own SID (setsid(2)) count (``ancestry``): ranks started
 apart (two logins, two terminal panes) meet only in sshd, tmux or the host's
 init, and declaring those would be ``ANY`` under another name, so nothing is
 declared. The kernel keeps one ptracer per process, so a later group never
@@ -72,10 +72,10 @@ def yama_scope(path: str | None = None) -> int | None:
 
 def ancestry(pid: int | str = "self", proc: str = "/proc") -> list[int]:
     """`pid`, its parent, its parent's parent, ... while they stay in `pid`'s
-    process session, read from /proc/<pid>/stat. The process session bounds what may be
+    SID (setsid(2)), read from /proc/<pid>/stat. The SID bounds what may be
     declared: ranks started from two logins or two terminal panes meet only in
     sshd, tmux or the user's systemd, whose descendants are nearly every
-    process of the user; one launcher's ranks share its process session."""
+    process of the user; one launcher's ranks share its SID."""
     chain: list[int] = []
     current, sid = str(pid), None
     for _ in range(4096):  # bounded: pid chains are far shorter

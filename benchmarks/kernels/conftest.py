@@ -56,12 +56,12 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     from fastcomm import _C
 
+    _write_record(config)
     _C.set_isa_cap(_C.Isa.avx512)
 
 
-def pytest_sessionfinish(session, exitstatus):
+def _write_record(config):
     """The record of a timed run (nothing when timing was off or nothing ran)."""
-    config = session.config
     if not bench_helpers.MEASURED or config.getoption("--no-record"):
         return
     root = results_record.repo_root(__file__)
