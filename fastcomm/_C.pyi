@@ -16,6 +16,9 @@ from torch._C._distributed_c10d import Backend, Store, Work
 __all__ = [
     "Config",
     "HOME_QUIET_FOREIGN_SHARE",
+    "SPIN_BUDGET_CEILING_US",
+    "SPIN_BUDGET_FLOOR_US",
+    "SPIN_BUDGET_RECENT",
     "Isa",
     "MAX_PIPELINE_PIECES",
     "ProcessGroupFastcomm",
@@ -35,6 +38,7 @@ __all__ = [
     "set_cpu_binding",
     "set_home_cpu",
     "set_isa_cap",
+    "spin_budgets",
     "unpack",
 ]
 
@@ -180,6 +184,14 @@ class ShmEngine:
         """Whether a peer moved this rank's thread since its latest op began."""
 
     @property
+    def sleeps(self) -> int:
+        """Waits on the caller's thread that went to sleep (a futex) so far."""
+
+    @property
+    def spin_budget_us(self) -> float:
+        """How long the next wait on the caller's thread stays awake before it sleeps."""
+
+    @property
     def home_returns(self) -> int:
         """Times this rank's op thread moved itself back to its home CPU."""
 
@@ -222,6 +234,21 @@ class Config:
 HOME_QUIET_FOREIGN_SHARE: float
 """Below this share of the CPUs used by other processes, a host counts as
 quiet and unbound ranks' op threads return to their home CPU."""
+
+SPIN_BUDGET_FLOOR_US: float
+"""The least a wait on the caller's thread stays awake (pause loops, then yields) before it sleeps."""
+
+SPIN_BUDGET_CEILING_US: float
+"""The most a wait on the caller's thread stays awake before it sleeps."""
+
+SPIN_BUDGET_RECENT: int
+"""How many recent waits set the next wait's budget."""
+
+def spin_budgets(waits_us: list[float]) -> list[float]:
+    """The budget (microseconds) before each of `waits_us` and after the last,
+    for a waiter that saw those waits in turn: 1.5x the longest of the recent
+    ones, between the floor and the ceiling; the floor while one of them
+    outlasted the ceiling."""
 
 MAX_PIPELINE_PIECES: int
 """The most pieces a pipelined hierarchical collective cuts one block into."""

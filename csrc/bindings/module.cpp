@@ -200,6 +200,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("pulls", &Engine::pulls)
       .def_property_readonly("pieces_taken_over", &Engine::pieces_taken_over)
       .def_property_readonly("moved_by_peer", &Engine::moved_by_peer)
+      .def_property_readonly("sleeps", &Engine::sleeps)
+      .def_property_readonly(
+          "spin_budget_us",
+          [](const Engine& e) { return std::chrono::duration<double, std::micro>(e.spin_budget()).count(); })
       .def_property_readonly("home_returns", &Engine::home_returns)
       .def_property_readonly("foreign_load", &Engine::foreign_load);
   m.def(
@@ -211,6 +215,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "The process is bound to `home_cpu` (< 0: not bound); shared-memory ops of at least `unbound_min_bytes` run "
       "on any of `cpus` (transport/shm/cpu_binding.h). Call while no op runs.");
   m.attr("HOME_QUIET_FOREIGN_SHARE") = fastcomm::shm::kQuietForeignShare;
+  using fastcomm::shm::SpinBudget;
+  m.attr("SPIN_BUDGET_FLOOR_US") = std::chrono::duration<double, std::micro>(SpinBudget::kFloor).count();
+  m.attr("SPIN_BUDGET_CEILING_US") = std::chrono::duration<double, std::micro>(SpinBudget::kCeiling).count();
+  m.attr("SPIN_BUDGET_RECENT") = SpinBudget::kRecent;
+  m.def(
+      "spin_budgets",
+      [](const std::vector<double>& waits_us) {
+        SpinBudget budget;
+        std::vector<double> out;
+        for (const double w : waits_us) {
+          out.push_back(std::chrono::duration<double, std::micro>(budget.next()).count());
+          budget.record(std::chrono::nanoseconds(static_cast<int64_t>(w * 1000.0)));
+        }
+        out.push_back(std::chrono::duration<double, std::micro>(budget.next()).count());
+        return out;
+      },
+      py::arg("waits_us"),
+      "The budget before each of `waits_us` and after the last, for a waiter that saw those waits in turn "
+      "(transport/shm/spin_budget.h).");
   m.def(
       "set_home_cpu",
       [](int home_cpu, std::vector<int> cpus) { fastcomm::shm::set_home_cpu(home_cpu, std::move(cpus)); },

@@ -160,20 +160,34 @@ bool Engine::all_posted(uint64_t target) const {
 
 void Engine::wait_all(uint64_t target) {
   if (all_posted(target)) return;
+  const auto started = std::chrono::steady_clock::now();
+  // Only a wait on the caller's thread keeps its CPU past the pause loop: on
+  // the op queue the caller goes on computing beside it (DDP's backward), and
+  // a yielding waiter would still take turns with it.
+  const bool on_caller = !queue().on_queue_thread();
+  if (!wait_awake(target, started + (on_caller ? spin_budget_.next() : std::chrono::nanoseconds(0)))) {
+    ++sleeps_;
+    pulling_.before_sleep(target);
+    sleep_until(target);
+  }
+  if (on_caller) spin_budget_.record(std::chrono::steady_clock::now() - started);
+}
+
+bool Engine::wait_awake(uint64_t target, std::chrono::steady_clock::time_point yield_until) {
   const int cpu = ::sched_getcpu();
   // Ranks that outnumber their CPUs spin only while home keeping finds the host quiet (home_keeping.h).
   const int spins = spin_iterations_ > 0 ? spin_iterations_ : keeping_.host_quiet() ? kSpinIterations : 0;
   for (int i = 0; i < spins; ++i) {
     cpu_relax();
-    if (all_posted(target)) return;
+    if (all_posted(target)) return true;
     if (i % kSharedCpuCheckEvery == 0 && missing_rank_shares_cpu(target, cpu)) break;  // yield the core to it
   }
-  for (int i = 0; i < yield_iterations_; ++i) {
+  // Yielding: a runnable thread of this CPU (a peer rank, a neighbour) runs at once (spin_budget.h).
+  for (int i = 0; i < yield_iterations_ || std::chrono::steady_clock::now() < yield_until; ++i) {
     ::sched_yield();
-    if (all_posted(target)) return;
+    if (all_posted(target)) return true;
   }
-  pulling_.before_sleep(target);
-  sleep_until(target);
+  return false;
 }
 
 bool Engine::missing_rank_shares_cpu(uint64_t target, int cpu) const {

@@ -16,8 +16,9 @@
 // round every rank compares all descriptors, so a size/dtype/op mismatch raises
 // the same error on every rank instead of corrupting memory (Gloo aborts the
 // process there). Waiting spins briefly (not at all while a rank it waits for
-// last ran on this CPU: spinning would only delay it), then yields, then
-// sleeps on a futex in the segment (posters wake sleepers), so oversubscribed
+// last ran on this CPU: spinning would only delay it), then yields (on the
+// caller's thread for as long as the recent waits suggest: spin_budget.h),
+// then sleeps on a futex in the segment (posters wake sleepers), so oversubscribed
 // hosts keep working; in a bound process, a waiter about to sleep first moves
 // a peer that a busy process preempted onto its own CPU (peer_pulling.h), and
 // ranks that outnumber their CPUs return to their home CPUs at an op's start
@@ -42,6 +43,7 @@
 #include "transport/shm/op_queue.h"
 #include "transport/shm/peer_pulling.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/spin_budget.h"
 
 namespace fastcomm::shm {
 
@@ -175,6 +177,14 @@ class Engine {
   bool moved_by_peer() const {
     return pulling_.moved_by_peer();
   }
+  // Waits on the caller's thread that went to sleep so far, and how long the
+  // next such wait stays awake before it sleeps (spin_budget.h).
+  uint64_t sleeps() const {
+    return sleeps_;
+  }
+  std::chrono::nanoseconds spin_budget() const {
+    return spin_budget_.next();
+  }
   // Times this rank's op thread moved itself back to its home CPU, and the
   // other processes' share of the CPUs when it last looked (home_keeping.h).
   uint64_t home_returns() const {
@@ -190,6 +200,9 @@ class Engine {
   // True when a local rank that has not posted `target` last ran on `cpu`.
   bool missing_rank_shares_cpu(uint64_t target, int cpu) const;
   void wait_all(uint64_t target);
+  // Spins, then yields until `yield_until` (at least kYieldIterations times);
+  // true once every rank posted `target`, false when the waiter should sleep.
+  bool wait_awake(uint64_t target, std::chrono::steady_clock::time_point yield_until);
   void sleep_until(uint64_t target);
   void check_health();
   std::string missing_ranks() const;  // local peers that have not posted this rank's current round
@@ -205,6 +218,8 @@ class Engine {
   int spin_iterations_;
   int yield_iterations_;
   bool check_pids_;
+  SpinBudget spin_budget_;  // how long waits on the caller's thread stay awake (spin_budget.h)
+  uint64_t sleeps_ = 0;     // waits that slept
 
   uint64_t posted_ = 0;     // rounds this rank has posted
   uint64_t pieces_taken_over_ = 0;  // pieces of other ranks' shares this rank claimed

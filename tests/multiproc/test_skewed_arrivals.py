@@ -1,0 +1,17 @@
+"""Ranks that arrive apart by up to 3 ms stay exact (checks_skew.py): 2 ranks
+with a CPU each, and 3 ranks on this machine's 2 CPUs (waiters yield and
+sleep there)."""
+
+import pytest
+
+import checks_skew as checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_skewed_collectives_exact(pool_of, world_size):
+    pool_of(world_size).run(checks.skewed_collectives_exact, iterations=24, widths_us=[50, 400, 3000])
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_skewed_p2p_exact(pool_of, world_size):
+    pool_of(world_size).run(checks.skewed_p2p_exact, iterations=30, width_us=500)
