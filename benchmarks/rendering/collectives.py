@@ -151,6 +151,48 @@ def _peers(record: dict) -> tuple[str, str]:
     return "\n\n".join(parts), svg
 
 
+def _peer_patterns(record: dict) -> tuple[str, None]:
+    rows = record["results"]
+    libraries = list(dict.fromkeys(r["library"] for r in rows))
+    parts = [
+        "Each cell: the library's time per op beyond the compute in us (median of "
+        f"{record['settings'].get('rounds')} rounds), then its ratio to fastcomm's (> 1: fastcomm faster). "
+        "`skew`: all_reduce after a random 0-W us of compute on each rank; `pingpong`: two ranks pass one "
+        "message back and forth, the sender computing 0-W us first. `fastcomm-backend` is fastcomm called on "
+        "the backend object: its gap to `fastcomm` is torch.distributed's own call cost, which Gloo pays too."
+    ]
+    conditions = list(dict.fromkeys((r["nproc"], r["condition"]) for r in rows))
+    for nproc, condition in conditions:
+        mine = [r for r in rows if (r["nproc"], r["condition"]) == (nproc, condition)]
+        at = {(r["pattern"], r.get("size"), r.get("width_us"), r["library"]): r for r in mine}
+        cells = list(dict.fromkeys((r["pattern"], r["size"], r["width_us"]) for r in mine if "size" in r))
+        body = []
+        for pattern, size, width in cells:
+            base = at.get((pattern, size, width, "fastcomm"), {}).get("us_per_op")
+            line = [pattern, text.size(size), str(width)]
+            for lib in libraries:
+                r = at.get((pattern, size, width, lib))
+                if r is None:
+                    line.append("-")
+                    continue
+                cell = f"{r['us_per_op']:.1f}"
+                if lib != "fastcomm" and base:
+                    cell += f", {r['us_per_op'] / base:.2f}x"
+                line.append(cell)
+            body.append(line)
+        where = "quiet host" if condition == "quiet" else "beside a busy neighbour process"
+        parts.append(f"**{nproc} ranks, {where}** (us per op):")
+        parts.append(text.table(["pattern", "size", "W (us)", *libraries], body, "llr" + "r" * len(libraries)))
+        kept = [r for r in mine if r["pattern"] == "neighbour"]
+        if kept:
+            parts.append(
+                "What the neighbour got done beside each library, as a share of what it does alone: "
+                + ", ".join(f"{r['library']} {r['neighbour_kept']:.0%}" for r in kept)
+                + "."
+            )
+    return "\n\n".join(parts), None
+
+
 SECTIONS = [
     Section(
         "allreduce_vs_gloo",
@@ -184,5 +226,14 @@ SECTIONS = [
         "rounds (benchmarks/peers/run.py; `bash benchmarks/peers/setup.sh` installs the peers).",
         "python benchmarks/peers/run.py",
         _peers,
+    ),
+    Section(
+        "peer_patterns",
+        "Skewed arrivals and point-to-point against MPI",
+        "Collectives and send/recv as training calls them: from Python, no barrier before an op, ranks "
+        "arriving apart, quiet and beside a busy process (benchmarks/peers/patterns.py; fastcomm and Gloo "
+        "through torch.distributed, MPICH and Open MPI through mpi4py).",
+        "python benchmarks/peers/patterns.py",
+        _peer_patterns,
     ),
 ]

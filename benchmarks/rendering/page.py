@@ -20,6 +20,7 @@ ORDER = [
     "sync_convergence",
     "arena_vs_ordinary",
     "peers",
+    "peer_patterns",
     "multihost",
     "kernels",
 ]

@@ -474,3 +474,43 @@ def test_real_models_record_and_rendered_table(tmp_path):
     assert text.count("| cnn (30M) | beside 1 busy process(es) |") == len(configs), text
     (gloo,) = [line for line in text.splitlines() if "| gloo |" in line]
     assert gloo.endswith("| 1.00 | 1.00 |"), gloo  # Gloo's step / itself, the neighbour's work / itself
+
+
+def test_peer_patterns_prints_every_cell_and_the_neighbours_share(tmp_path):
+    """benchmarks/peers/patterns.py with the libraries CI has (fastcomm through torch.distributed and
+    through the backend object, Gloo), 2 ranks, quiet and beside a busy neighbour: a row per cell
+    (skewed all_reduces and the ping-pong) with every library's time, the neighbour's share, and a
+    record with the same rows; the loops check their results (exact values) before timing."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(BENCHMARKS, "peers", "patterns.py"),
+            "--libraries",
+            "fastcomm,fastcomm-backend,gloo",
+            "--nproc",
+            "2",
+            "--rounds",
+            "1",
+            "--budget",
+            "0.005",
+            "--record",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = _record(tmp_path / "r.json", "peer_patterns", "peers/patterns.py")
+    timed = [r for r in record["results"] if r["pattern"] != "neighbour"]
+    cells = {(r["pattern"], r["size"], r["width_us"]) for r in timed}
+    assert len(cells) == 15 and {c[0] for c in cells} == {"skew", "pingpong"}, cells
+    assert len(timed) == 15 * 3 * 2  # every cell, library and condition
+    assert all(isinstance(r["us_per_op"], float) and len(r["rounds_us"]) == 1 for r in timed), timed
+    kept = {r["library"]: r["neighbour_kept"] for r in record["results"] if r["pattern"] == "neighbour"}
+    assert sorted(kept) == ["fastcomm", "fastcomm-backend", "gloo"] and all(v > 0 for v in kept.values()), kept
+    for condition in ("quiet", "busy"):
+        assert f"# 2 ranks, {condition}: us per op beyond the compute" in out.stdout, out.stdout
+    rows = re.findall(r"^(skew|pingpong)\s+(\d+)\s+(\d+)\s+([-\d.]+) \(1\.00\)", out.stdout, re.M)
+    assert len(rows) == 30, out.stdout
+    assert "# the neighbour's work beside each library" in out.stdout
