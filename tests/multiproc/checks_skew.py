@@ -45,10 +45,11 @@ def skewed_collectives_exact(rank, world_size, iterations, widths_us):
                 assert_equal(out[r], torch.full((numel,), r * 1000 + i, dtype=torch.int64), "all_gather")
         budget = engine.spin_budget_us
         assert fastcomm._C.SPIN_BUDGET_FLOOR_US <= budget <= fastcomm._C.SPIN_BUDGET_CEILING_US, budget
-    # Rank 0 arrives 5 ms late: past the ceiling, so every other rank's wait ends asleep; still exact.
+    # Rank 0 arrives 20 ms late: far past the ceiling (2 ms), so every other rank's wait ends
+    # asleep even if that rank was itself preempted for a time slice before it waited; still exact.
     sleeps = engine.sleeps
     if rank == 0:
-        _busy(5000)
+        _busy(20000)
     t = torch.full((5,), rank + 1, dtype=torch.int32)
     dist.all_reduce(t)
     assert_equal(t, torch.full((5,), world_size * (world_size + 1) // 2, dtype=torch.int32), "late all_reduce")
