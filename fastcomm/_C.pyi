@@ -185,7 +185,7 @@ class ShmEngine:
 
     @property
     def sleeps(self) -> int:
-        """Waits on the caller's thread that went to sleep (a futex) so far."""
+        """Waits, on the caller's thread or the op queue's, that went to sleep (a futex) so far."""
 
     @property
     def spin_budget_us(self) -> float:

@@ -177,8 +177,8 @@ class Engine {
   bool moved_by_peer() const {
     return pulling_.moved_by_peer();
   }
-  // Waits on the caller's thread that went to sleep so far, and how long the
-  // next such wait stays awake before it sleeps (spin_budget.h).
+  // Waits (on any thread) that went to sleep so far, and how long the next
+  // wait on the caller's thread stays awake before it sleeps (spin_budget.h).
   uint64_t sleeps() const {
     return sleeps_;
   }
