@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import pattern_loops  # noqa: E402
 import results_record  # noqa: E402
-from run import PEER_SHM_PREFIXES, peer_versions  # noqa: E402
+from run import _run, peer_versions  # noqa: E402
 
 LIBRARIES = ("fastcomm", "fastcomm-backend", "gloo", "mpich", "openmpi")
 SKEW = [(size, width) for width in (50, 200, 1000) for size in (8, 65536, 1 << 20)]
@@ -72,20 +72,6 @@ def command(lib: str, nproc: int, cells: list[dict], args) -> list[str] | str:
     return [os.path.join(venv, "mpiexec"), *extra, "-n", str(nproc), os.path.join(venv, "python"), worker, *common]
 
 
-def run_once(cmd: list[str], env: dict) -> dict:
-    shm_before = set(os.listdir("/dev/shm"))
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd="/tmp", env=env)
-    finally:
-        for name in set(os.listdir("/dev/shm")) - shm_before:
-            if name.startswith(PEER_SHM_PREFIXES):
-                os.remove(os.path.join("/dev/shm", name))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return json.loads(lines[0][7:])
-
-
 def neighbour_alone(path: str, seconds: float = 1.0) -> float:
     """The neighbour's units of work per second with the machine to itself (and this idle script)."""
     before = pattern_loops.neighbour_count(path)
@@ -98,7 +84,6 @@ def run_condition(nproc: int, busy: bool, libraries: list[str], commands: dict, 
     """Per library: per-cell lists of seconds (one per round) and the neighbour's kept share per round."""
     seconds = {lib: [] for lib in libraries}
     kept = {lib: [] for lib in libraries}
-    env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="fastcomm-patterns-") as tmp:
         neighbour = None
         alone = None
@@ -109,16 +94,17 @@ def run_condition(nproc: int, busy: bool, libraries: list[str], commands: dict, 
             neighbour = subprocess.Popen([sys.executable, os.path.join(HERE, "pattern_loops.py"), counter])
             time.sleep(0.3)
             alone = neighbour_alone(counter)
-            env[pattern_loops.NEIGHBOUR_ENV] = counter
+            os.environ[pattern_loops.NEIGHBOUR_ENV] = counter  # the runs inherit it
         try:
             for k in range(args.rounds):
                 for lib in libraries[k % len(libraries) :] + libraries[: k % len(libraries)]:
-                    out = run_once(commands[lib], env)
+                    out, _ = _run(commands[lib], timeout=600)  # run.py's: also removes the peers' /dev/shm files
                     seconds[lib].append(out["seconds"])
                     if alone:
                         kept[lib].append(out["neighbour_rate"] / alone)
                     print(f"  {nproc} ranks, {'busy' if busy else 'quiet'}, round {k + 1}: {lib}", file=sys.stderr)
         finally:
+            os.environ.pop(pattern_loops.NEIGHBOUR_ENV, None)
             if neighbour:
                 neighbour.kill()
                 neighbour.wait()
