@@ -192,6 +192,12 @@ class ShmEngine:
         """How long the next wait on the caller's thread stays awake before it sleeps."""
 
     @property
+    def follows_spin_budget(self) -> bool:
+        """Whether waits on the caller's thread follow the spin budget (FASTCOMM_SHM_SPIN_BUDGET)."""
+
+    @follows_spin_budget.setter
+    def follows_spin_budget(self, on: bool) -> None: ...
+    @property
     def home_returns(self) -> int:
         """Times this rank's op thread moved itself back to its home CPU."""
 
@@ -208,6 +214,7 @@ class Config:
     gloo_threads: int
     allreduce_allgather_max_bytes: int
     shm: bool
+    shm_spin_budget: bool
     shm_slot_bytes: int
     shm_oneshot_max_bytes: int
     shm_async_min_bytes: int

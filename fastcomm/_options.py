@@ -17,6 +17,12 @@ class Options:
     allreduce_allgather_max_bytes: int = 64 << 10
     # The shared-memory engine among ranks of one host (0: off, Gloo for everything).
     shm: bool = True
+    # A wait on the caller's thread of a host whose ranks each have a CPU stays
+    # awake (pause loop, then sched_yield) for 1.5x the longest of its recent
+    # waits, 100 us to 2 ms, before it sleeps (transport/shm/spin_budget.h);
+    # off, it sleeps after the op queue's short stage (about 100 us). Only timing follows from it. Measured by
+    # benchmarks/peers/patterns.py with the `fastcomm-backend-nobudget` variant.
+    shm_spin_budget: bool = True
     # Bytes per rank per buffer in the segment: the chunk size of shm algorithms.
     shm_slot_bytes: int = 1 << 20
     # all_reduce of S bytes on P ranks runs one-shot while S * (P-1)^2 <= this, else two-shot.
@@ -243,6 +249,7 @@ def read_options() -> Options:
             "FASTCOMM_ALLREDUCE_ALLGATHER_MAX_BYTES", Options.allreduce_allgather_max_bytes, 0
         ),
         shm=_flag("FASTCOMM_SHM", Options.shm),
+        shm_spin_budget=_flag("FASTCOMM_SHM_SPIN_BUDGET", Options.shm_spin_budget),
         shm_slot_bytes=_int_at_least("FASTCOMM_SHM_SLOT_BYTES", Options.shm_slot_bytes, 4096),
         shm_oneshot_max_bytes=_int_at_least("FASTCOMM_SHM_ONESHOT_MAX_BYTES", Options.shm_oneshot_max_bytes, 0),
         shm_async_min_bytes=_int_at_least("FASTCOMM_SHM_ASYNC_MIN_BYTES", Options.shm_async_min_bytes, 0),  # -1: auto

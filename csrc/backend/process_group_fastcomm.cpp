@@ -37,6 +37,8 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   TORCH_CHECK(config_.host_of_rank.empty() || static_cast<int>(config_.host_of_rank.size()) == size,
               "fastcomm: the host plan names the host of ", config_.host_of_rank.size(), " ranks, the group has ",
               size);
+  // Set before any op runs; it only times waits, so ranks may differ.
+  if (transports_.engine) transports_.engine->set_follows_spin_budget(config_.shm_spin_budget);
   // Each algorithm's accepts() holds its whole gate (topology included), so
   // the order below only ranks algorithms that are all correct: adapters
   // first (each rewrites into simpler collectives), then fastcomm's own

@@ -76,6 +76,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("gloo_threads", &Config::gloo_threads)
       .def_readwrite("allreduce_allgather_max_bytes", &Config::allreduce_allgather_max_bytes)
       .def_readwrite("shm", &Config::shm)
+      .def_readwrite("shm_spin_budget", &Config::shm_spin_budget)
       .def_readwrite("shm_slot_bytes", &Config::shm_slot_bytes)
       .def_readwrite("shm_oneshot_max_bytes", &Config::shm_oneshot_max_bytes)
       .def_readwrite("shm_async_min_bytes", &Config::shm_async_min_bytes)
@@ -204,6 +205,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly(
           "spin_budget_us",
           [](const Engine& e) { return std::chrono::duration<double, std::micro>(e.spin_budget()).count(); })
+      .def_property("follows_spin_budget", &Engine::follows_spin_budget, &Engine::set_follows_spin_budget)
       .def_property_readonly("home_returns", &Engine::home_returns)
       .def_property_readonly("foreign_load", &Engine::foreign_load);
   m.def(

@@ -19,6 +19,7 @@ struct Config {
   int64_t gloo_threads = 0;
   int64_t allreduce_allgather_max_bytes = 0;
   bool shm = false;
+  bool shm_spin_budget = false;  // applied to the engine by the backend (Engine::set_follows_spin_budget)
   int64_t shm_slot_bytes = 0;
   int64_t shm_oneshot_max_bytes = 0;
   int64_t shm_async_min_bytes = 0;

@@ -5,6 +5,7 @@ after sleeping (transport/shm/spin_budget.h)."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -56,6 +57,34 @@ def skewed_collectives_exact(rank, world_size, iterations, widths_us):
     if rank != 0:
         assert engine.sleeps > sleeps, (engine.sleeps, sleeps)
     assert engine.sleeps >= sleeps_before
+
+
+def waits_without_spin_budget_sleep(rank, world_size, iterations):
+    """A group made with FASTCOMM_SHM_SPIN_BUDGET=0 has its engine follow no
+    spin budget: a wait on the caller's thread sleeps after the short stage
+    (~100 us), so peers of a rank 1 ms late sleep on most ops where each rank
+    has a CPU; every result stays exact. The default group's engine follows the budget."""
+    assert fastcomm.fastcomm_backend().shm_engine.follows_spin_budget
+    os.environ["FASTCOMM_SHM_SPIN_BUDGET"] = "0"
+    try:
+        group = dist.new_group(list(range(world_size)))
+    finally:
+        del os.environ["FASTCOMM_SHM_SPIN_BUDGET"]
+    engine = fastcomm.fastcomm_backend(group).shm_engine
+    assert not engine.follows_spin_budget
+    sleeps = engine.sleeps
+    for i in range(iterations):
+        if rank == 0:
+            _busy(1000)
+        t = torch.full((3,), rank + i, dtype=torch.int32)
+        dist.all_reduce(t, group=group)
+        expected = world_size * (world_size - 1) // 2 + world_size * i
+        assert_equal(t, torch.full((3,), expected, dtype=torch.int32), f"all_reduce {i} without the budget")
+    # Counted where each rank has a CPU (2 ranks here): with more, a waiter sharing the late
+    # rank's CPU is itself held back by it and often finds it posted.
+    if rank != 0 and world_size <= os.cpu_count():
+        assert engine.sleeps - sleeps >= iterations // 2, (engine.sleeps - sleeps, iterations)
+    dist.destroy_process_group(group)
 
 
 def skewed_p2p_exact(rank, world_size, iterations, width_us):

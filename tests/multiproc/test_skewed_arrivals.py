@@ -15,3 +15,8 @@ def test_skewed_collectives_exact(pool_of, world_size):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_skewed_p2p_exact(pool_of, world_size):
     pool_of(world_size).run(checks.skewed_p2p_exact, iterations=30, width_us=500)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_waits_without_spin_budget_sleep(pool_of, world_size):
+    pool_of(world_size).run(checks.waits_without_spin_budget_sleep, iterations=20)

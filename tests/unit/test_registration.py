@@ -90,6 +90,16 @@ def test_shared_memory_options(monkeypatch):
         monkeypatch.delenv(name)
 
 
+def test_spin_budget_option(monkeypatch):
+    monkeypatch.delenv("FASTCOMM_SHM_SPIN_BUDGET", raising=False)
+    assert read_options().shm_spin_budget is True
+    monkeypatch.setenv("FASTCOMM_SHM_SPIN_BUDGET", "0")
+    assert read_options().shm_spin_budget is False
+    monkeypatch.setenv("FASTCOMM_SHM_SPIN_BUDGET", "off")
+    with pytest.raises(ValueError, match="FASTCOMM_SHM_SPIN_BUDGET must be 0 or 1, got 'off'"):
+        read_options()
+
+
 @pytest.mark.parametrize(
     "name, field, default, good, bad, message",
     [
@@ -208,6 +218,7 @@ def test_config_carries_every_option_and_the_host_plan():
         gloo_threads=3,
         allreduce_allgather_max_bytes=5,
         shm=False,
+        shm_spin_budget=False,
         shm_slot_bytes=8192,
         shm_oneshot_max_bytes=7,
         shm_async_min_bytes=13,

@@ -163,8 +163,12 @@ void Engine::wait_all(uint64_t target) {
   const auto started = std::chrono::steady_clock::now();
   // Only a wait on the caller's thread keeps its CPU past the pause loop: on
   // the op queue the caller goes on computing beside it (DDP's backward), and
-  // a yielding waiter would still take turns with it.
-  const bool on_caller = !queue().on_queue_thread();
+  // a yielding waiter would still take turns with it. Nor where the host's
+  // ranks outnumber their CPUs (spin_iterations_ == 0): the rank waited for
+  // often shares the waiter's CPU, and there the short stage measured faster
+  // (benchmarks/peers/patterns.py --nproc 4 on 2 CPUs, fastcomm-backend
+  // against fastcomm-backend-nobudget).
+  const bool on_caller = follows_spin_budget_ && spin_iterations_ > 0 && !queue().on_queue_thread();
   if (!wait_awake(target, started + (on_caller ? spin_budget_.next() : std::chrono::nanoseconds(0)))) {
     ++sleeps_;
     pulling_.before_sleep(target);

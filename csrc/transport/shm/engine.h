@@ -185,6 +185,15 @@ class Engine {
   std::chrono::nanoseconds spin_budget() const {
     return spin_budget_.next();
   }
+  // Whether waits on the caller's thread follow the spin budget (the default);
+  // off, they keep the op queue's short stage (Config: FASTCOMM_SHM_SPIN_BUDGET).
+  // Set while no op runs (group set-up); only timing follows from it.
+  bool follows_spin_budget() const {
+    return follows_spin_budget_;
+  }
+  void set_follows_spin_budget(bool on) {
+    follows_spin_budget_ = on;
+  }
   // Times this rank's op thread moved itself back to its home CPU, and the
   // other processes' share of the CPUs when it last looked (home_keeping.h).
   uint64_t home_returns() const {
@@ -219,7 +228,8 @@ class Engine {
   int yield_iterations_;
   bool check_pids_;
   SpinBudget spin_budget_;  // how long waits on the caller's thread stay awake (spin_budget.h)
-  uint64_t sleeps_ = 0;     // waits that slept
+  bool follows_spin_budget_ = true;
+  uint64_t sleeps_ = 0;  // waits that slept
 
   uint64_t posted_ = 0;     // rounds this rank has posted
   uint64_t pieces_taken_over_ = 0;  // pieces of other ranks' shares this rank claimed

@@ -19,8 +19,9 @@
 // peer rank sharing the CPU) gets the CPU at once: what a neighbour keeps
 // beside fastcomm is measured by the same benchmark's --busy 1.
 //
-// Only timing follows from it, never a result: every rank still waits until
-// every peer has posted.
+// It applies where each of the host's ranks has a CPU (Engine::wait_all), and
+// can be turned off (FASTCOMM_SHM_SPIN_BUDGET=0). Only timing follows from it,
+// never a result: every rank still waits until every peer has posted.
 #pragma once
 
 #include <algorithm>
