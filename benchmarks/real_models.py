@@ -98,7 +98,7 @@ def build_model(name: str) -> tuple[nn.Module, callable]:
     return model, loss_of
 
 
-def _noop_hook(state, bucket):
+def noop_hook(state, bucket):
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
@@ -113,7 +113,7 @@ def wrap(config: str, model: nn.Module, gloo) -> nn.Module:
     group = gloo if config.startswith("gloo") or config == "noop" else None
     ddp = DDP(model, process_group=group, gradient_as_bucket_view=config == "fastcomm+view")
     if config == "noop":
-        ddp.register_comm_hook(None, _noop_hook)
+        ddp.register_comm_hook(None, noop_hook)
     elif config == "gloo+fp16":
         ddp.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
     elif config == "fastcomm+fp16":
@@ -212,12 +212,14 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
     return rows
 
 
-def run_condition(args, busy: int) -> list[dict]:
+def run_condition(args, busy: int, rank_fn=None) -> list[dict]:
+    """rank_fn(rank, nproc, store, args, neighbour_path, busy) (default: this script's
+    steps) on args.nproc ranks beside `busy` busy processes; rank 0's rows."""
     with tempfile.TemporaryDirectory(prefix="fastcomm-neighbour-") as tmp:
         path = os.path.join(tmp, "work")
         neighbour = Neighbour(busy, path)
         try:
-            return spawn_ranks(_rank, args.nproc, args, path, busy)
+            return spawn_ranks(rank_fn or _rank, args.nproc, args, path, busy)
         finally:
             neighbour.stop()
 

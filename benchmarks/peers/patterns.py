@@ -19,9 +19,12 @@ dispatcher layers cost per call, which every torch backend pays.
 
 `--busy 1` runs a neighbour process throughout (pattern_loops.neighbour_main,
 pure-Python work) and records how much work it got done beside each library,
-as a share of what it does on a machine left to it: speed taken from a
-neighbour's CPU shows there. Ratios are library / fastcomm (> 1: fastcomm
-faster). The record goes to benchmarks/results/peer_patterns.json.
+as a share of what it does on a machine left to it (measured before each
+round): speed taken from a neighbour's CPU shows there. Ratios are library /
+fastcomm (> 1: fastcomm faster). `fastcomm-backend-nobudget` (on request in
+--libraries) is fastcomm-backend with FASTCOMM_SHM_SPIN_BUDGET=0: waits sleep
+after ~100 us instead of following the recent waits. The record goes to
+benchmarks/results/peer_patterns.json.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ import results_record  # noqa: E402
 from run import _run, peer_versions  # noqa: E402
 
 LIBRARIES = ("fastcomm", "fastcomm-backend", "gloo", "mpich", "openmpi")
+# Variants run on request (--libraries): a fastcomm library with a setting changed.
+VARIANTS = {"-nobudget": "FASTCOMM_SHM_SPIN_BUDGET=0"}
 SKEW = [(size, width) for width in (50, 200, 1000) for size in (8, 65536, 1 << 20)]
 PINGPONG = [(size, width) for width in (0, 200) for size in (1024, 65536, 4 << 20)]
 
@@ -59,6 +64,10 @@ def cells_for(nproc: int) -> list[dict]:
 def command(lib: str, nproc: int, cells: list[dict], args) -> list[str] | str:
     """The command of one run, or why the library is skipped."""
     common = ["--cells", json.dumps(cells), "--budget", str(args.budget), "--seed", str(args.seed)]
+    for suffix, setting in VARIANTS.items():
+        if lib.startswith("fastcomm") and lib.endswith(suffix):
+            base = command(lib[: -len(suffix)], nproc, cells, args)
+            return ["env", setting, *base] if isinstance(base, list) else base
     if lib in ("fastcomm", "fastcomm-backend", "gloo"):
         worker = os.path.join(HERE, "patterns_torch.py")
         api = "backend" if lib.endswith("-backend") else "dist"
@@ -86,22 +95,23 @@ def run_condition(nproc: int, busy: bool, libraries: list[str], commands: dict, 
     kept = {lib: [] for lib in libraries}
     with tempfile.TemporaryDirectory(prefix="fastcomm-patterns-") as tmp:
         neighbour = None
-        alone = None
+        alone = []
         if busy:
             counter = os.path.join(tmp, "neighbour")
             with open(counter, "wb") as f:
                 f.write(bytes(8))
             neighbour = subprocess.Popen([sys.executable, os.path.join(HERE, "pattern_loops.py"), counter])
             time.sleep(0.3)
-            alone = neighbour_alone(counter)
             os.environ[pattern_loops.NEIGHBOUR_ENV] = counter  # the runs inherit it
         try:
             for k in range(args.rounds):
+                if neighbour:  # taken each round: the machine's pace drifts between rounds
+                    alone.append(neighbour_alone(counter))
                 for lib in libraries[k % len(libraries) :] + libraries[: k % len(libraries)]:
                     out, _ = _run(commands[lib], timeout=600)  # run.py's: also removes the peers' /dev/shm files
                     seconds[lib].append(out["seconds"])
-                    if alone:
-                        kept[lib].append(out["neighbour_rate"] / alone)
+                    if neighbour:
+                        kept[lib].append(out["neighbour_rate"] / alone[-1])
                     print(f"  {nproc} ranks, {'busy' if busy else 'quiet'}, round {k + 1}: {lib}", file=sys.stderr)
         finally:
             os.environ.pop(pattern_loops.NEIGHBOUR_ENV, None)

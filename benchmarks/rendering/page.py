@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 
-from rendering import collectives, components, text, training
+from rendering import collectives, components, profile, text, training
 
-_BY_NAME = {s.name: s for s in collectives.SECTIONS + training.SECTIONS + components.SECTIONS}
+_BY_NAME = {s.name: s for s in collectives.SECTIONS + training.SECTIONS + profile.SECTIONS + components.SECTIONS}
 ORDER = [
     "allreduce_vs_gloo",
     "ddp_training",
     "real_models",
+    "ddp_bucket_profile",
     "fsdp2_vs_gloo",
     "pipeline_vs_gloo",
     "hooks_vs_torch",

@@ -476,9 +476,53 @@ def test_real_models_record_and_rendered_table(tmp_path):
     assert gloo.endswith("| 1.00 | 1.00 |"), gloo  # Gloo's step / itself, the neighbour's work / itself
 
 
+def test_ddp_bucket_profile_records_every_bucket_and_renders(tmp_path):
+    """The CNN on fastcomm and Gloo, one step: every configuration's phases, and per bucket of
+    the profiled step its bytes (together exactly the model's gradients), skew and all_reduce
+    time; rendered into docs/benchmarks.md's section."""
+    results = tmp_path / "results"
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(BENCHMARKS, "ddp_bucket_profile.py"),
+            "--models",
+            "cnn",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--passes",
+            "1",
+            "--record",
+            str(results / "ddp_bucket_profile.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = _record(results / "ddp_bucket_profile.json", "ddp_bucket_profile", "ddp_bucket_profile.py")["results"]
+    assert [(r["model"], r["backend"]) for r in rows] == [("cnn", "fastcomm"), ("cnn", "gloo")], rows
+    sys.path.insert(0, BENCHMARKS)
+    from ddp_training import VggNet
+
+    gradient_bytes = sum(p.numel() * p.element_size() for p in VggNet().parameters())
+    for row in rows:
+        for mode in ("local", "noop", "default", "profiled"):
+            phases = row[mode]["phases"]
+            assert phases["step_s"] > 0 and phases["main_cpu_s"] > 0 and phases["backward_faults"] >= 0, (mode, row)
+        buckets = row["profiled"]["buckets"]
+        assert sum(b["bytes"] for b in buckets) == gradient_bytes, buckets
+        assert all(b["transfer_s"] > 0 and b["skew_s"] >= 0 for b in buckets), buckets
+        assert row["local"]["buckets"] == [] and "tail_s" in row["profiled"]["phases"], row
+    text = (_render(tmp_path, results) / "benchmarks.md").read_text()
+    assert "**CNN on fastcomm, quiet**" in text and "**CNN on gloo, quiet**" in text, text
+    assert text.count("| DDP, no communication (noop hook) |") == 2, text
+
+
 def test_peer_patterns_prints_every_cell_and_the_neighbours_share(tmp_path):
     """benchmarks/peers/patterns.py with the libraries CI has (fastcomm through torch.distributed and
-    through the backend object, Gloo), 2 ranks, quiet and beside a busy neighbour: a row per cell
+    through the backend object, the latter also without the spin budget, Gloo), 2 ranks, quiet and beside a busy neighbour: a row per cell
     (skewed all_reduces and the ping-pong) with every library's time, the neighbour's share, and a
     record with the same rows; the loops check their results (exact values) before timing."""
     out = subprocess.run(
@@ -486,7 +530,7 @@ def test_peer_patterns_prints_every_cell_and_the_neighbours_share(tmp_path):
             sys.executable,
             os.path.join(BENCHMARKS, "peers", "patterns.py"),
             "--libraries",
-            "fastcomm,fastcomm-backend,gloo",
+            "fastcomm,fastcomm-backend,fastcomm-backend-nobudget,gloo",
             "--nproc",
             "2",
             "--rounds",
@@ -505,10 +549,11 @@ def test_peer_patterns_prints_every_cell_and_the_neighbours_share(tmp_path):
     timed = [r for r in record["results"] if r["pattern"] != "neighbour"]
     cells = {(r["pattern"], r["size"], r["width_us"]) for r in timed}
     assert len(cells) == 15 and {c[0] for c in cells} == {"skew", "pingpong"}, cells
-    assert len(timed) == 15 * 3 * 2  # every cell, library and condition
+    assert len(timed) == 15 * 4 * 2  # every cell, library and condition
     assert all(isinstance(r["us_per_op"], float) and len(r["rounds_us"]) == 1 for r in timed), timed
     kept = {r["library"]: r["neighbour_kept"] for r in record["results"] if r["pattern"] == "neighbour"}
-    assert sorted(kept) == ["fastcomm", "fastcomm-backend", "gloo"] and all(v > 0 for v in kept.values()), kept
+    assert sorted(kept) == ["fastcomm", "fastcomm-backend", "fastcomm-backend-nobudget", "gloo"], kept
+    assert all(v > 0 for v in kept.values()), kept
     for condition in ("quiet", "busy"):
         assert f"# 2 ranks, {condition}: us per op beyond the compute" in out.stdout, out.stdout
     rows = re.findall(r"^(skew|pingpong)\s+(\d+)\s+(\d+)\s+([-\d.]+) \(1\.00\)", out.stdout, re.M)
