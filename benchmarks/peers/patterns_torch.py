@@ -13,14 +13,13 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pattern_loops  # noqa: E402
+import torch_ranks  # noqa: E402
 
 
 class TorchDistributed:
@@ -78,27 +77,23 @@ def _rank(rank: int, args, store_path: str) -> None:
     )
     lib = BackendObject() if args.api == "backend" else TorchDistributed()
     out = pattern_loops.run_cells(lib, rank, args.nproc, json.loads(args.cells), args.budget, args.seed)
-    if rank == 0:
-        os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())
-    dist.destroy_process_group()
+    torch_ranks.report_and_leave(rank, out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", required=True)
+    torch_ranks.add_arguments(p)
     p.add_argument(
         "--api",
         choices=["dist", "backend"],
         default="dist",
         help="torch.distributed's functions, or the backend object",
     )
-    p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--cells", required=True, help="JSON list of cells (pattern_loops.run_cells)")
     p.add_argument("--budget", type=float, default=0.4, help="seconds per cell (about)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fastcomm-patterns-") as tmp:
-        mp.spawn(_rank, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
+    torch_ranks.spawn(_rank, args, "fastcomm-patterns-")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ With --round-ms 0 a round is --iters samples. With --round-ms T, after the
 first --iters samples rank 0 sees how long they took (barriers included) and
 every rank takes as many more as make the size's loop last about T ms, at most
 --max-samples in all: equal time, not equal count. A fast library's 30 samples
-cover a far shorter stretch of the machine's own variation (docs/shm_benchmarks.md,
-"What spreads the rounds") than a slow library's, so with equal counts the
+cover a far shorter stretch of the machine's own variation than a slow library's, so with equal counts the
 round-to-round spread compares unlike stretches.
 """
 

@@ -19,18 +19,16 @@ barrier is the group's (Gloo's), the op torch.ops.deepspeed.inference_all_reduce
 
 import argparse
 import datetime
-import json
 import os
 import sys
-import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rounds  # noqa: E402
+import torch_ranks  # noqa: E402
 
 
 def _settle(rank: int, seconds: float, all_reduce) -> None:
@@ -121,16 +119,13 @@ def _rank(rank: int, args, store_path: str) -> None:
         mine = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=control)  # each sample's slowest rank, after the loop
         out[str(count * 4)] = mine.tolist()
-    if rank == 0:
-        os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())
-    dist.destroy_process_group()
+    torch_ranks.report_and_leave(rank, out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", required=True)
+    torch_ranks.add_arguments(p)
     p.add_argument("--api", choices=["process_group", "dist", "cpp"], default="process_group")
-    p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sizes", required=True)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
@@ -141,8 +136,7 @@ def main() -> None:
     p.add_argument("--pin", action="store_true", help="bind rank r to the r-th CPU it may use (mod their number)")
     args = p.parse_args()
     args.tag = str(20000 + os.getpid() % 40000)  # names deepspeed's shared memory
-    with tempfile.TemporaryDirectory(prefix="fastcomm-peers-") as tmp:
-        mp.spawn(_rank, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
+    torch_ranks.spawn(_rank, args, "fastcomm-peers-")
 
 
 if __name__ == "__main__":
