@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_record  # noqa: E402
-from real_models import build_model, noop_hook, run_condition  # noqa: E402
+from real_models import build_model, model_library_versions, noop_hook, run_condition  # noqa: E402
 
 from fastcomm.bench.harness import measured  # noqa: E402
 
@@ -292,19 +292,8 @@ def main(argv=None) -> int:
     rows = run_condition(args, args.busy, _rank)
     for row in rows:
         print_row(row)
-    try:
-        import transformers
-
-        transformers_version = transformers.__version__
-    except ImportError:
-        transformers_version = None
     results_record.save(
-        args,
-        "ddp_bucket_profile",
-        rows,
-        script=__file__,
-        argv=argv,
-        extra_versions={"transformers": transformers_version},
+        args, "ddp_bucket_profile", rows, script=__file__, argv=argv, extra_versions=model_library_versions()
     )
     return 0
 

@@ -98,6 +98,16 @@ def build_model(name: str) -> tuple[nn.Module, callable]:
     return model, loss_of
 
 
+def model_library_versions() -> dict[str, str | None]:
+    """The transformers version a record names (None where it is not installed:
+    the CNN alone needs no transformers)."""
+    try:
+        import transformers
+    except ImportError:
+        return {"transformers": None}
+    return {"transformers": transformers.__version__}
+
+
 def noop_hook(state, bucket):
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
@@ -250,19 +260,13 @@ def main(argv=None) -> int:
             results.append(
                 {"condition": "quiet" if busy == 0 else f"beside {busy} busy process(es)", "busy": busy, **row}
             )
-    try:
-        import transformers
-
-        transformers_version = transformers.__version__
-    except ImportError:  # the CNN alone needs no transformers
-        transformers_version = None
     print(f"{'model':<6} {'condition':<28} " + " ".join(f"{c:>14}" for c in args.configs) + "   (median step, s)")
     for row in results:
         print(
             f"{row['model']:<6} {row['condition']:<28} " + " ".join(f"{row['step_s'][c]:>14.3f}" for c in args.configs)
         )
     results_record.save(
-        args, "real_models", results, script=__file__, argv=argv, extra_versions={"transformers": transformers_version}
+        args, "real_models", results, script=__file__, argv=argv, extra_versions=model_library_versions()
     )
     return 0
 

@@ -22,11 +22,9 @@ def _ms(seconds: float | None) -> str:
 def _phases(row: dict) -> str:
     body = []
     for mode, label in MODES.items():
-        if mode not in row:
-            continue
         ph = row[mode]["phases"]
-        faults = sum(ph.get(f"{p}_faults", 0.0) for p in ("forward", "backward", "optimizer"))
-        system = sum(ph.get(f"{p}_system_s", 0.0) for p in ("forward", "backward", "optimizer"))
+        faults = sum(ph[f"{p}_faults"] for p in ("forward", "backward", "optimizer"))
+        system = sum(ph[f"{p}_system_s"] for p in ("forward", "backward", "optimizer"))
         body.append(
             [
                 label,
