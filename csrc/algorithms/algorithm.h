@@ -11,9 +11,10 @@
 // final, or with the error that stopped it. An op that ran to its end inside
 // launch() (the shared-memory ones) returns `finished` instead, and no future:
 // one is made only when someone asks (future_of), which most callers of a
-// microsecond-scale small op never do. P2P delegates have no future; their `works` are
-// waited directly. Shared-memory p2p has both a future and a `driver` work
-// whose wait() moves the op on the caller's thread.
+// microsecond-scale small op never do. P2P ops have no future: a delegate's
+// `works` are waited directly; shared-memory p2p has a `driver` work whose
+// wait() moves the op on the caller's thread and whose getFuture() makes the
+// future on request.
 #pragma once
 
 #include <chrono>
@@ -29,12 +30,13 @@
 namespace fastcomm {
 
 struct Launched {
-  c10::intrusive_ptr<c10::ivalue::Future> future;        // null for finished ops and delegated p2p
+  c10::intrusive_ptr<c10::ivalue::Future> future;        // null for finished ops and p2p
   bool finished = false;           // ran to its end inside launch(): outputs final, or `error`
   std::exception_ptr error;        // a finished op's failure (null: it succeeded)
   std::vector<c10::intrusive_ptr<c10d::Work>> works;      // what runs underneath, for abort()
   // Set by ops that progress on the waiting thread (shm p2p): the Work's
-  // wait() and isCompleted() call it instead of sleeping on the future.
+  // wait(), isCompleted() and getFuture() call it (its future holds the op's
+  // results: no adapter sits above such an op).
   c10::intrusive_ptr<c10d::Work> driver;
   // Set by ops that fail their own future at their deadline (shm ops on the
   // engine's op queue): a wait() without a timeout of its own gives them a

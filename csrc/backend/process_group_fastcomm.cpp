@@ -49,6 +49,15 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
   // shm_low_precision_arena_min_bytes on in place, ordinary ones from single
   // copy's minimum on by cross-memory attach, else through the segment).
   const ShmTopology topology{transports_.engine, size, rank, config_.host_of_rank, transports_.failures};
+  // Point-to-point through shared memory comes before everything: it moves
+  // bytes of any dtype, so no adapter has work for it, and a small message's
+  // launch then asks one algorithm, not twenty (benchmarks/peers/patterns.py
+  // pingpong: its launch is on every transfer's critical path).
+  if (topology.single_host() && size > 1) {
+    p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine, static_cast<size_t>(config_.p2p_single_copy_bytes),
+                                              static_cast<size_t>(config_.shm_huge_pages_min_bytes));
+    dispatcher_.add(make_p2p_shm(topology, p2p_));
+  }
   if (topology.single_host()) {
     arena_ = std::make_shared<shm::Arena>();
     dispatcher_.add(make_allreduce_low_precision_shm_arena(topology, arena_, config_.shm_low_precision_arena_min_bytes,
@@ -88,11 +97,6 @@ ProcessGroupFastcomm::ProcessGroupFastcomm(int rank, int size, std::chrono::mill
     dispatcher_.add(make_reduce_scatter_shm(topology));
     dispatcher_.add(make_alltoall_shm(topology));
     dispatcher_.add(make_barrier_shm(topology));
-    if (size > 1) {
-      p2p_ = std::make_shared<shm::P2pChannels>(transports_.engine, static_cast<size_t>(config_.p2p_single_copy_bytes),
-                                                static_cast<size_t>(config_.shm_huge_pages_min_bytes));
-      dispatcher_.add(make_p2p_shm(topology, p2p_));
-    }
   }
   if (topology.hierarchical()) {
     const int64_t max_piece = config_.pipeline_piece_bytes;

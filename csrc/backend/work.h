@@ -9,8 +9,9 @@
 //    launch() (Launched::finished) it is made on first request. For p2p ops, whose delegated
 //    works have no future, a future is made on first request and completed by
 //    a helper thread that waits for the work (bounded by the group timeout).
-//    Shared-memory p2p ops have a future and a driver: wait() and
-//    isCompleted() move the op on the calling thread (Launched::driver).
+//    Shared-memory p2p ops have a driver: wait() and isCompleted() move the
+//    op on the calling thread (Launched::driver), and the driver makes the
+//    future on first request.
 //  - getSequencenumber() is the group-wide sequence number of the call.
 #pragma once
 

@@ -149,6 +149,15 @@ def futures_without_wait(rank, world_size):
     assert_equal(got2, _message(prv, rank, numel, torch.float32, salt=1), "second message, future only")
     s.get_future().wait()
     s2.get_future().wait()
+    # A future asked for once the op is done completes at once, with the op's own tensor.
+    late = torch.zeros(8)
+    s3 = dist.isend(_message(rank, nxt, 8, torch.float32, salt=2), dst=nxt)
+    r3 = dist.irecv(late, src=prv)
+    r3.wait()
+    s3.wait()
+    (value,) = r3.get_future().wait()
+    assert value.data_ptr() == late.data_ptr(), "the future holds the received tensor"
+    assert_equal(value, _message(prv, rank, 8, torch.float32, salt=2), "future asked for after wait")
     # rank 0 sends twice the ring and sleeps: rank 1 gets it all only if rank 0's
     # pending send moves while rank 0 makes no call (its progress thread)
     big = RING_BYTES // 2

@@ -73,8 +73,8 @@ std::string P2pChannels::describe(const P2pOp& op) const {
                   op.peer_ < 0 ? std::string("any rank") : c10::str("rank ", group_rank_of(op.peer_)));
 }
 
-std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag, void* data, size_t bytes,
-                                         std::chrono::milliseconds timeout, P2pOp::Done done) {
+void P2pChannels::post(const std::shared_ptr<P2pOp>& op, P2pOp::Kind kind, int peer, int64_t tag, void* data,
+                       size_t bytes, std::chrono::milliseconds timeout) {
   TORCH_INTERNAL_ASSERT(peer != me_ && peer < local_size_ && (peer >= 0 || kind == P2pOp::Kind::kRecv),
                         "fastcomm p2p: bad local peer ", peer);
   // A large send buffer that comes back (a training loop's fresh activations
@@ -89,7 +89,7 @@ std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag
   if (kind == P2pOp::Kind::kSend && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
     collapse_when_reused(data, bytes, huge_pages_min_bytes_);
   }
-  auto op = std::make_shared<P2pOp>();
+  TORCH_INTERNAL_ASSERT(!op->started_ && !op->finished(), "fastcomm p2p: an op is posted once");
   op->kind_ = kind;
   op->peer_ = peer;
   op->tag_ = tag;
@@ -98,7 +98,6 @@ std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag
   op->timeout_ = timeout;
   op->posted_at_ = std::chrono::steady_clock::now();
   op->deadline_ = op->posted_at_ + timeout;
-  op->done_ = std::move(done);
   Finished finished;
   bool notify = false;
   {
@@ -122,7 +121,6 @@ std::shared_ptr<P2pOp> P2pChannels::post(P2pOp::Kind kind, int peer, int64_t tag
   }
   if (notify) wake_thread_.notify_one();
   complete(finished);
-  return op;
 }
 
 P2pChannels::Stats P2pChannels::stats() {
@@ -532,11 +530,7 @@ bool P2pChannels::run_pass() {
 }
 
 void P2pChannels::complete(Finished& finished) {
-  for (const OpPtr& op : finished) {
-    P2pOp::Done done = std::move(op->done_);
-    op->done_ = nullptr;
-    if (done) done(op->error_);  // drops the caller's tensor with it
-  }
+  for (const OpPtr& op : finished) op->on_finished();
 }
 
 void P2pChannels::ring(int local_rank) {

@@ -71,20 +71,36 @@
 
 namespace fastcomm::shm {
 
-// One send or receive, shared by its poster and the channels.
+// One send or receive, shared by its poster and the channels. The poster
+// makes it (a subclass carries whatever must live as long as the op, such as
+// the tensor whose memory it moves) and hands it to post(); the channels
+// finish it exactly once.
 class P2pOp {
  public:
   enum class Kind { kSend, kRecv };
-  // Called once, on whichever thread finished the op, with null or the error.
-  using Done = std::function<void(std::exception_ptr)>;
+
+  P2pOp() = default;
+  virtual ~P2pOp() = default;
+  P2pOp(const P2pOp&) = delete;
+  P2pOp& operator=(const P2pOp&) = delete;
 
   bool finished() const {
     return finished_.load(std::memory_order_acquire);
+  }
+  // Null, or why the op failed; meaningful once finished().
+  std::exception_ptr error() const {
+    return finished() ? error_ : nullptr;
   }
   // The local rank the message came from (receives, once finished).
   int source() const {
     return source_;
   }
+
+ protected:
+  // Runs once, after finished() turned true, on whichever thread finished the
+  // op (a waiter, a poster or the progress thread), without the channels'
+  // lock held. A waiter may see finished() and return before it runs.
+  virtual void on_finished() {}
 
  private:
   friend class P2pChannels;
@@ -92,12 +108,11 @@ class P2pOp {
   Kind kind_ = Kind::kSend;
   int peer_ = -1;  // local rank; -1: any source
   int64_t tag_ = 0;
-  char* data_ = nullptr;  // the caller's memory; `done_` keeps it alive
+  char* data_ = nullptr;  // the caller's memory; the op's owner keeps it alive
   size_t bytes_ = 0;
   std::chrono::steady_clock::time_point posted_at_;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
-  Done done_;
   // Progress, guarded by the channels' mutex.
   size_t moved_bytes_ = 0;
   bool started_ = false;  // send: first chunk written; recv: bound to a message
@@ -118,12 +133,12 @@ class P2pChannels {
   P2pChannels(const P2pChannels&) = delete;
   P2pChannels& operator=(const P2pChannels&) = delete;
 
-  // Posts a send to / receive from local rank `peer` (-1: any source, receives
-  // only) of `bytes` at `data`, which must stay valid until `done` runs (the
-  // caller's `done` should hold the tensor). Fails through `done` when the
+  // Posts `op`, a fresh op, as a send to / receive from local rank `peer`
+  // (-1: any source, receives only) of `bytes` at `data`, which must stay
+  // valid as long as `op` lives (the op should own it). Fails the op when the
   // channel is closed. Starts moving bytes at once.
-  std::shared_ptr<P2pOp> post(P2pOp::Kind kind, int peer, int64_t tag, void* data, size_t bytes,
-                              std::chrono::milliseconds timeout, P2pOp::Done done);
+  void post(const std::shared_ptr<P2pOp>& op, P2pOp::Kind kind, int peer, int64_t tag, void* data, size_t bytes,
+            std::chrono::milliseconds timeout);
   // Moves pending ops until `op` finishes or `timeout` (from now) passes, then
   // fails it; rethrows its error.
   void wait(const std::shared_ptr<P2pOp>& op, std::chrono::milliseconds timeout);

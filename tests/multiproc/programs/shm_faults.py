@@ -239,7 +239,19 @@ def _p2p_mismatch(rank: int, world_size: int, store_path: str) -> None:
                 time.sleep(0.5)  # rank 2 has refused it by now
             raise AssertionError("unreachable")
         else:
-            dist.recv(torch.zeros(12), src=1)
+            work = dist.irecv(torch.zeros(12), src=1)
+            try:
+                work.wait()
+            except Exception:
+                # The failed receive's future, asked for only now, fails with the same reason.
+                assert work.is_completed(), "a failed receive reports itself completed"
+                try:
+                    work.get_future().wait()
+                except Exception as again:  # noqa: BLE001
+                    assert "the sizes differ" in str(again), again
+                else:
+                    raise AssertionError("the failed receive's future completed without error") from None
+                raise
     except Exception as err:  # noqa: BLE001
         _report(rank, start, err)
     if rank == 1:
