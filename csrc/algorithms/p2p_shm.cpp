@@ -33,7 +33,9 @@ namespace {
 using shm::P2pChannels;
 using shm::P2pOp;
 
-// The op, holding the tensor whose memory it moves, and its future once asked for.
+// The op, holding the tensor whose memory it moves (the channels hold the op
+// until it finishes, so a dropped Work leaves the memory valid), and its
+// future once asked for.
 class TensorP2pOp final : public P2pOp {
  public:
   explicit TensorP2pOp(at::Tensor tensor) : tensor_(std::move(tensor)) {}
