@@ -121,9 +121,9 @@ void FastcommWork::abort() {
 
 c10::intrusive_ptr<c10::ivalue::Future> FastcommWork::getFuture() {
   if (!launched_.finished && launched_.future) return launched_.future;  // set at construction, never changed
+  if (launched_.driver) return launched_.driver->getFuture();             // made once, by the driver
   std::lock_guard<std::mutex> lock(future_mutex_);
   if (launched_.finished) return future_of(launched_, results_);  // made on the first request
-  if (!p2p_future_ && launched_.driver) p2p_future_ = launched_.driver->getFuture();
   if (!p2p_future_) {
     TORCH_INTERNAL_ASSERT(launched_.works.size() == 1, "fastcomm: p2p launches hold exactly one work");
     p2p_future_ = p2p_waited_ ? completed_future(results_) : future_by_waiting(launched_.works[0], results_, timeout_);

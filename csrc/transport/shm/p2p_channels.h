@@ -59,7 +59,6 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
