@@ -127,10 +127,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             d["sent"] = s.sent;
             d["sent_single_copy"] = s.sent_single_copy;
             d["single_copy_refused"] = s.single_copy_refused;
+            d["shared_cpu_waits"] = s.shared_cpu_waits;
             return d;
           },
           "Shared-memory send/recv of this rank (None when the group has none): messages sent, those the "
-          "receiver read in one copy, and single-copy reads this rank's receives were refused.")
+          "receiver read in one copy, single-copy reads this rank's receives were refused, and waits that "
+          "yielded to their peer because it last ran on the waiter's CPU.")
       .def(
           "allocate_tensor",
           [](ProcessGroupFastcomm& pg, int64_t numel, at::ScalarType dtype, std::optional<at::Device> device) {
@@ -202,6 +204,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("pieces_taken_over", &Engine::pieces_taken_over)
       .def_property_readonly("moved_by_peer", &Engine::moved_by_peer)
       .def_property_readonly("sleeps", &Engine::sleeps)
+      .def_property_readonly("spins", &Engine::spins,
+                             "True where waiters spin before they yield (the host's ranks have a CPU each, "
+                             "or home keeping may let them).")
       .def_property_readonly(
           "spin_budget_us",
           [](const Engine& e) { return std::chrono::duration<double, std::micro>(e.spin_budget()).count(); })

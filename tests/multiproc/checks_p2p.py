@@ -9,6 +9,7 @@ byte over, and messages larger than the whole ring.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -210,6 +211,38 @@ def single_copy_counts(rank, world_size):
     assert after["sent"] - before["sent"] == 3, (before, after)
     assert after["sent_single_copy"] - before["sent_single_copy"] == 2, (before, after)
     assert after["single_copy_refused"] == 0, after
+
+
+def pingpong_on_one_cpu(rank, world_size):
+    """Ranks squeezed onto one CPU exchange messages of every path (ring chunks,
+    several chunks, single copy): each arrives exact, and where waiters spin
+    (a CPU per rank) the waits that found their peer on their own CPU yielded to
+    it instead of spinning out a time slice (p2p_stats' shared_cpu_waits grew on
+    some rank: every exchange here has one rank waiting on the other's CPU)."""
+    backend = fastcomm.fastcomm_backend()
+    if not _shm_p2p(world_size):
+        return
+    engine = backend.shm_engine
+    cpus = os.sched_getaffinity(0)  # this thread's, bound or not: given back below
+    before = backend.p2p_stats()["shared_cpu_waits"]
+    os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
+    try:
+        nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+        for step, numel in enumerate([1, 256, CHUNK_BYTES // 4 + 3, 1 << 20] * 5):
+            got = torch.zeros(numel)
+            if rank % 2 == 0:
+                dist.send(_message(rank, nxt, numel, torch.float32, step), dst=nxt)
+                dist.recv(got, src=prv)
+            else:
+                dist.recv(got, src=prv)
+                dist.send(_message(rank, nxt, numel, torch.float32, step), dst=nxt)
+            assert_equal(got, _message(prv, rank, numel, torch.float32, step), f"{numel * 4} B, step {step}")
+    finally:
+        os.sched_setaffinity(0, cpus)
+    yielded = torch.tensor([backend.p2p_stats()["shared_cpu_waits"] - before])
+    dist.all_reduce(yielded)
+    if engine.spins:
+        assert yielded.item() > 0, "no wait yielded to a peer on its own CPU"
 
 
 def reused_sends_move_into_huge_pages(rank, world_size):

@@ -29,7 +29,9 @@ constexpr auto kHealthCheckInterval = std::chrono::microseconds(200);
 // exchange then pays a context switch (benchmarks/allreduce_vs_gloo.py --op
 // sendrecv --api cpp; docs/algorithms.md "How fastcomm waits"). With more
 // ranks than cores it does not spin: it yields up to 3000 times (~1 ms),
-// handing the core to a rank that has work.
+// handing the core to a rank that has work. A spinning waiter whose peer last
+// rang from its own CPU yields instead of pausing for the rest of the spin
+// (ping-pong beside a busy process: benchmarks/peers/patterns.py).
 constexpr int kP2pSpinIterations = 20000;
 constexpr int kP2pOversubscribedYields = 3000;
 
@@ -125,7 +127,9 @@ void P2pChannels::post(const std::shared_ptr<P2pOp>& op, P2pOp::Kind kind, int p
 
 P2pChannels::Stats P2pChannels::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  Stats stats = stats_;
+  stats.shared_cpu_waits = shared_cpu_waits_.load(std::memory_order_relaxed);
+  return stats;
 }
 
 bool P2pChannels::poll(const std::shared_ptr<P2pOp>& op) {
@@ -144,6 +148,7 @@ void P2pChannels::wait(const std::shared_ptr<P2pOp>& op, std::chrono::millisecon
     const int spins = spin_ ? kP2pSpinIterations : 0;
     const int yields = spin_ ? kYieldIterations : kP2pOversubscribedYields;
     int idle = 0;
+    bool peer_on_my_cpu = false;
     while (!op->finished()) {
       if (run_pass()) {
         idle = 0;
@@ -152,7 +157,17 @@ void P2pChannels::wait(const std::shared_ptr<P2pOp>& op, std::chrono::millisecon
       if (op->finished()) break;
       ++idle;
       if (idle < spins) {
-        cpu_relax();
+        // A peer that last rang from this CPU needs the core this spin holds:
+        // hand it over on each pass instead (the stages keep their lengths).
+        if (idle % kSharedCpuCheckEvery == 1 && !peer_on_my_cpu && peer_shares_cpu(*op)) {
+          peer_on_my_cpu = true;
+          shared_cpu_waits_.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (peer_on_my_cpu) {
+          ::sched_yield();
+        } else {
+          cpu_relax();
+        }
       } else if (idle < spins + yields) {
         ::sched_yield();
       } else {
@@ -533,7 +548,15 @@ void P2pChannels::complete(Finished& finished) {
   for (const OpPtr& op : finished) op->on_finished();
 }
 
+bool P2pChannels::peer_shares_cpu(const P2pOp& op) const {
+  return op.peer_ >= 0 && segment_.control(op.peer_)->cpu.load(std::memory_order_relaxed) == ::sched_getcpu();
+}
+
 void P2pChannels::ring(int local_rank) {
+  // Where this rank runs, for a waiting peer's peer_shares_cpu (as Engine::post publishes it).
+  std::atomic<int32_t>& cpu = segment_.control(me_)->cpu;
+  const int now_on = ::sched_getcpu();
+  if (cpu.load(std::memory_order_relaxed) != now_on) cpu.store(now_on, std::memory_order_relaxed);
   RankControl* control = segment_.control(local_rank);
   // Dekker pairing with sleep_on_doorbell (as in Engine::post): the counter
   // written before this bump is seen by a sleeper whose doorbell read follows it.

@@ -152,11 +152,13 @@ class P2pChannels {
   }
 
   // Messages this rank sent: all, and those its receivers read in one copy;
-  // how many single-copy reads this rank's receives were refused.
+  // how many single-copy reads this rank's receives were refused; waits that
+  // found their peer on this thread's CPU and yielded to it instead of spinning.
   struct Stats {
     uint64_t sent = 0;
     uint64_t sent_single_copy = 0;
     uint64_t single_copy_refused = 0;
+    uint64_t shared_cpu_waits = 0;
   };
   Stats stats();
 
@@ -201,7 +203,10 @@ class P2pChannels {
   // Without mutex_.
   bool run_pass();  // one progress pass; completes what finished; true when bytes moved
   void complete(Finished& finished);
+  // Bumps `local_rank`'s doorbell (waking it if it sleeps) and publishes this rank's CPU.
   void ring(int local_rank);
+  // True when op's peer last rang from the CPU this thread runs on.
+  bool peer_shares_cpu(const P2pOp& op) const;
   void sleep_on_doorbell(std::chrono::nanoseconds slice);
   void progress_thread();
   std::string describe(const P2pOp& op) const;
@@ -231,6 +236,7 @@ class P2pChannels {
   std::chrono::steady_clock::time_point next_pid_check_;     // whether peers' processes exist
 
   std::atomic<int> waiters_{0};  // threads inside wait(): the progress thread stands back
+  std::atomic<uint64_t> shared_cpu_waits_{0};  // Stats::shared_cpu_waits (counted outside mutex_)
   std::condition_variable wake_thread_;
   std::thread thread_;
   bool stop_ = false;    // guarded by mutex_
