@@ -205,8 +205,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("moved_by_peer", &Engine::moved_by_peer)
       .def_property_readonly("sleeps", &Engine::sleeps)
       .def_property_readonly("spins", &Engine::spins,
-                             "True where waiters spin before they yield (the host's ranks have a CPU each, "
-                             "or home keeping may let them).")
+                             "True where the host's ranks have a CPU each: waiters spin before they yield (where "
+                             "ranks outnumber CPUs, collective waits spin only while home keeping finds the host "
+                             "quiet, and point-to-point waits never do).")
       .def_property_readonly(
           "spin_budget_us",
           [](const Engine& e) { return std::chrono::duration<double, std::micro>(e.spin_budget()).count(); })

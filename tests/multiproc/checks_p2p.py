@@ -223,11 +223,15 @@ def pingpong_on_one_cpu(rank, world_size):
     if not _shm_p2p(world_size):
         return
     engine = backend.shm_engine
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    # One exchange first, unpinned: a thread the first p2p op starts (the channels' progress thread)
+    # must not inherit the single CPU below for good.
+    for req in [dist.isend(torch.ones(1), dst=nxt), dist.irecv(torch.zeros(1), src=prv)]:
+        req.wait()
     cpus = os.sched_getaffinity(0)  # this thread's, bound or not: given back below
     before = backend.p2p_stats()["shared_cpu_waits"]
     os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
     try:
-        nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
         for step, numel in enumerate([1, 256, CHUNK_BYTES // 4 + 3, 1 << 20] * 5):
             got = torch.zeros(numel)
             if rank % 2 == 0:

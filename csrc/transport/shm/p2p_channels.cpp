@@ -158,7 +158,8 @@ void P2pChannels::wait(const std::shared_ptr<P2pOp>& op, std::chrono::millisecon
       ++idle;
       if (idle < spins) {
         // A peer that last rang from this CPU needs the core this spin holds:
-        // hand it over on each pass instead (the stages keep their lengths).
+        // hand it over on each pass instead, for the rest of this wait (the
+        // stages keep their lengths).
         if (idle % kSharedCpuCheckEvery == 1 && !peer_on_my_cpu && peer_shares_cpu(*op)) {
           peer_on_my_cpu = true;
           shared_cpu_waits_.fetch_add(1, std::memory_order_relaxed);
