@@ -231,6 +231,7 @@ def pingpong_on_one_cpu(rank, world_size):
     cpus = os.sched_getaffinity(0)  # this thread's, bound or not: given back below
     before = backend.p2p_stats()["shared_cpu_waits"]
     os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
+    received = []  # judged after every exchange: a rank that stopped early would hang its peer
     try:
         for step, numel in enumerate([1, 256, CHUNK_BYTES // 4 + 3, 1 << 20] * 5):
             got = torch.zeros(numel)
@@ -240,9 +241,11 @@ def pingpong_on_one_cpu(rank, world_size):
             else:
                 dist.recv(got, src=prv)
                 dist.send(_message(rank, nxt, numel, torch.float32, step), dst=nxt)
-            assert_equal(got, _message(prv, rank, numel, torch.float32, step), f"{numel * 4} B, step {step}")
+            received.append((step, numel, got))
     finally:
         os.sched_setaffinity(0, cpus)
+    for step, numel, got in received:
+        assert_equal(got, _message(prv, rank, numel, torch.float32, step), f"{numel * 4} B, step {step}")
     yielded = torch.tensor([backend.p2p_stats()["shared_cpu_waits"] - before])
     dist.all_reduce(yielded)
     if engine.spins:

@@ -120,10 +120,7 @@ void Engine::round() {
 }
 
 void Engine::post() {
-  // Stored only when it changed: peers read this line, and a store would take it from them every round.
-  std::atomic<int32_t>& cpu = segment_->control(local_rank_)->cpu;
-  const int now_on = ::sched_getcpu();
-  if (cpu.load(std::memory_order_relaxed) != now_on) cpu.store(now_on, std::memory_order_relaxed);
+  publish_cpu(*segment_->control(local_rank_));  // for a waiting peer's missing_rank_shares_cpu
   ++posted_;
   segment_->control(local_rank_)->posted.store(posted_, std::memory_order_seq_cst);
   // Dekker pairing with sleep_until: a sleeper increments `sleepers` before its

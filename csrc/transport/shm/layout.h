@@ -13,6 +13,8 @@
 // Changing anything here bumps kVersion.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -108,6 +110,13 @@ struct RankControl {
   // it before the op's first round, any rank takes pieces after that round.
   alignas(64) std::atomic<uint64_t> pieces_claimed;
 };
+
+// Stores the CPU the calling thread runs on in `control.cpu`, only when it
+// changed: waiting peers read that line, and a store takes it from them.
+inline void publish_cpu(RankControl& control) {
+  const int now_on = ::sched_getcpu();
+  if (control.cpu.load(std::memory_order_relaxed) != now_on) control.cpu.store(now_on, std::memory_order_relaxed);
+}
 
 // Point-to-point channel geometry: a ring of kChannelSlots slots of
 // kChannelSlotBytes (header included) per ordered pair of local ranks. 8 x 128

@@ -554,10 +554,7 @@ bool P2pChannels::peer_shares_cpu(const P2pOp& op) const {
 }
 
 void P2pChannels::ring(int local_rank) {
-  // Where this rank runs, for a waiting peer's peer_shares_cpu (as Engine::post publishes it).
-  std::atomic<int32_t>& cpu = segment_.control(me_)->cpu;
-  const int now_on = ::sched_getcpu();
-  if (cpu.load(std::memory_order_relaxed) != now_on) cpu.store(now_on, std::memory_order_relaxed);
+  publish_cpu(*segment_.control(me_));  // for a waiting peer's peer_shares_cpu
   RankControl* control = segment_.control(local_rank);
   // Dekker pairing with sleep_on_doorbell (as in Engine::post): the counter
   // written before this bump is seen by a sleeper whose doorbell read follows it.
