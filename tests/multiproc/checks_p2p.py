@@ -231,7 +231,7 @@ def pingpong_on_one_cpu(rank, world_size):
     cpus = os.sched_getaffinity(0)  # this thread's, bound or not: given back below
     before = backend.p2p_stats()["shared_cpu_waits"]
     os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
-    received = []  # judged after every exchange: a rank that stopped early would hang its peer
+    received = []  # judged once all exchanges are done: a rank that stopped early would hang its peer
     try:
         for step, numel in enumerate([1, 256, CHUNK_BYTES // 4 + 3, 1 << 20] * 5):
             got = torch.zeros(numel)
