@@ -188,6 +188,10 @@ class ShmEngine:
         """Waits, on the caller's thread or the op queue's, that went to sleep (a futex) so far."""
 
     @property
+    def queued_ops(self) -> int:
+        """Ops run on the group's op queue thread so far (all_reduce of at least shm_async_min_bytes whose caller does not wait at once)."""
+
+    @property
     def spin_budget_us(self) -> float:
         """How long the next wait on the caller's thread stays awake before it sleeps."""
 

@@ -30,11 +30,13 @@ class Options:
     # at 1 GiB (docs/algorithms.md "The one-host all_reduce family").
     shm_oneshot_max_bytes: int = 128 << 10
     # all_reduce on one host of at least this many bytes runs on the group's op
-    # queue thread: the call returns at once and its future completes there, so
-    # DDP's backward keeps computing while its buckets are summed; smaller ones
-    # run on the calling thread (no hand-over). 0: every one inline. -1 (unset):
-    # 1 MiB where the host has two cores per local rank (the thread has a core
-    # to run on), else 0 (resolve_async_min_bytes). Measured by
+    # queue thread when its caller does not wait at once (torch's asyncOp: DDP's
+    # reducer, async_op=True): the call returns at once and its future completes
+    # there, so DDP's backward keeps computing while its buckets are summed;
+    # smaller ones and blocking calls run on the calling thread (no hand-over).
+    # 0: every one inline. -1 (unset): 1 MiB where the host has two cores per
+    # local rank (the thread has a core to run on), else 0
+    # (resolve_async_min_bytes). Measured by
     # benchmarks/arena_vs_ordinary.py and benchmarks/ddp_training.py
     # (docs/algorithms.md "Work and futures").
     shm_async_min_bytes: int = -1
@@ -79,17 +81,19 @@ class Options:
     shm_arena_min_bytes: int = 8 << 10
     # Bind each process to one CPU, by its rank among the group's ranks on its host
     # (local rank mod the CPUs it may use), when its first shared-memory group is
-    # made: 1 always, -1 ("auto" in the environment, the default) where the host's
-    # ranks are exactly as many as the CPUs they may use (one each, as Open MPI
-    # binds by default; resolve_cpu_placement), 0 never. auto is the default because
-    # beside a busy process unbound ranks often share one core and bound ones do
-    # not, while quiet runs and DDP steps are no slower bound. Not bound where ranks
-    # outnumber CPUs (a bound rank cannot escape a busy neighbour): there auto
-    # keeps each op's thread on that CPU while no other process uses the CPUs
-    # (transport/shm/home_keeping.h: steadier rounds). Nothing where CPUs
-    # outnumber ranks (a rank's intra-op threads may use them). Measured by
-    # benchmarks/peers/run.py --background-load 1 and benchmarks/ddp_training.py
-    # (docs/algorithms.md "Where ranks run").
+    # made: 1 always, 0 never, -1 ("auto" in the environment, the default;
+    # resolve_cpu_placement) never where the host's ranks are at most as many as
+    # the CPUs they may use, and where they outnumber them it keeps each op's
+    # thread on its home CPU while no other process uses the CPUs
+    # (transport/shm/home_keeping.h: steadier rounds). Not bound at ranks == CPUs
+    # because beside a busy process a bound rank cannot leave the CPU that process
+    # shares with it: DDP steps of GPT-2 small beside one were faster than Gloo's
+    # unbound and slower than Gloo's bound, with the busy process keeping more
+    # beside unbound ranks, and quiet steps no slower (benchmarks/real_models.py,
+    # whole jobs alternating between the two; benchmarks/peers/patterns.py --busy 1
+    # agrees). Waiters that find the rank they wait for on their own CPU yield it
+    # (Engine::missing_rank_shares_cpu, P2pChannels::peer_shares_cpu), which is
+    # what binding used to prevent (docs/algorithms.md "Where ranks run").
     shm_bind_cpus: int = -1
     # A bound process runs shared-memory ops of at least this many bytes on any
     # of the CPUs it had before binding, smaller ones on its own CPU (the thread
@@ -185,23 +189,22 @@ def _bind_mode(name: str, default: int) -> int:
 
 def resolve_cpu_placement(value: int, local_ranks: int, cpus: int) -> str:
     """FASTCOMM_SHM_BIND_CPUS as given (1: "bind", 0: "free"), or its automatic
-    value (-1): "bind" where the host's ranks are as many as the CPUs they may
-    use, so each gets one; "keep_home" where they outnumber them (unbound, but
-    each returns to its home CPU while nothing else runs: home_keeping.h);
-    "free" where CPUs are spare, and for a rank alone on its host (nothing to share)."""
+    value (-1): "keep_home" where the host's ranks outnumber the CPUs they may use
+    (unbound, but each returns to its home CPU while nothing else runs:
+    home_keeping.h); "free" where each rank has a CPU or more, and for a rank
+    alone on its host (nothing to share)."""
     if local_ranks <= 1:
         return "free"
     if value >= 0:
         return "bind" if value == 1 else "free"
-    if local_ranks < cpus:
-        return "free"
-    return "bind" if local_ranks == cpus else "keep_home"
+    return "free" if local_ranks <= cpus else "keep_home"
 
 
 def resolve_async_min_bytes(value: int, local_ranks: int, cores: int) -> int:
     """FASTCOMM_SHM_ASYNC_MIN_BYTES as given, or its automatic value (-1): the op
     queue only where each local rank has a second core for its thread (with one
-    core per rank it measured no faster, and a blocking call pays the hand-over)."""
+    core per rank it measured no faster quiet: the thread and the backward pass
+    take turns on one core)."""
     if value >= 0:
         return value
     return 1 << 20 if cores >= 2 * local_ranks else 0

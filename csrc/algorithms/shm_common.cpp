@@ -88,7 +88,7 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
 
 Launched shm_run_sized(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                        std::function<void()> body, int64_t async_min_bytes, size_t bytes) {
-  const bool queued = async_min_bytes > 0 && bytes >= static_cast<size_t>(async_min_bytes);
+  const bool queued = !c.blocking && async_min_bytes > 0 && bytes >= static_cast<size_t>(async_min_bytes);
   if (!queued || engine.queue().on_queue_thread()) return shm_run(engine, c, descriptor, body);
   Launched launched = pending();
   launched.self_timed = true;

@@ -122,8 +122,8 @@ Launched shm_run(shm::Engine& engine, const Collective& c, const shm::OpDescript
 // (Config::shm_async_min_bytes; 0: never) runs on the engine's op queue:
 // launch returns at once and the future completes (or fails) on the queue's
 // thread. So `body` must own what it uses (capture by value: it may run after
-// launch returned). On the queue's own thread (a collective issued by a
-// callback of a queued one) it always runs inline.
+// launch returned). It runs inline on the queue's own thread (a collective
+// issued by a callback of a queued one) and for a blocking call (c.blocking).
 Launched shm_run_sized(shm::Engine& engine, const Collective& c, const shm::OpDescriptor& descriptor,
                        std::function<void()> body, int64_t async_min_bytes, size_t bytes);
 

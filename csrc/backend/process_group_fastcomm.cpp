@@ -193,6 +193,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce(std::vector<at::T
   auto c = make(OpType::ALLREDUCE, "all_reduce");
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
+  c.blocking = !opts.asyncOp;
   return run(std::move(c), opts.timeout);
 }
 
@@ -209,6 +210,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_coalesced(std::ve
   auto c = make(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced");
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
+  c.blocking = !opts.asyncOp;
   return run(std::move(c), opts.timeout);
 }
 

@@ -38,6 +38,34 @@ def launch_returns_before_peers_arrive(rank, world_size):
     return fastcomm.fastcomm_backend().algorithm_counts().get("allreduce_shm_twoshot", 0)
 
 
+def blocking_calls_run_on_the_caller(rank, world_size):
+    """A large all_reduce whose caller waits at once (async_op=False, torch's
+    asyncOp false) runs on the calling thread: the queue takes no job for it.
+    With async_op=True, and from DDP's reducer (which issues its buckets
+    asynchronously), the same sizes go to the queue. Every value exact."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    engine = fastcomm.fastcomm_backend().shm_engine
+    tri = world_size * (world_size + 1) // 2
+    t = torch.full((LARGE,), float(rank + 1))
+    before = engine.queued_ops
+    dist.all_reduce(t)
+    pair = [torch.full((LARGE,), float(rank + 1)), torch.full((LARGE // 2,), float(2 * rank))]
+    dist.all_reduce_coalesced(pair)
+    assert engine.queued_ops == before, (engine.queued_ops, before)
+    assert torch.equal(t, torch.full((LARGE,), float(tri)))
+    assert torch.equal(pair[0], torch.full((LARGE,), float(tri)))
+    assert torch.equal(pair[1], torch.full((LARGE // 2,), float(2 * (tri - world_size))))
+    dist.all_reduce(t, async_op=True).wait()
+    assert engine.queued_ops == before + 1, (engine.queued_ops, before)
+    assert torch.equal(t, torch.full((LARGE,), float(tri * world_size)))
+    model = torch.nn.Linear(1024, 1024, bias=False)  # one 4 MiB bucket
+    ddp = DDP(model, bucket_cap_mb=8)
+    ddp(torch.ones(2, 1024)).sum().backward()
+    assert engine.queued_ops >= before + 2, (engine.queued_ops, before)
+    assert torch.equal(model.weight.grad, torch.full((1024, 1024), 2.0))
+
+
 def issue_order_holds(rank, world_size):
     """Queued large ops, small inline ones issued right after them, a large op
     issued from a queued op's callback (as PowerSGD's hook does) and one from a

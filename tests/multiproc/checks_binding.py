@@ -1,6 +1,6 @@
 """FASTCOMM_SHM_BIND_CPUS: 1 binds each rank's process to one CPU by its local rank; auto
-does so only where the host's ranks are as many as their CPUs, and where they
-outnumber them returns ops' threads to that CPU while the host is quiet; a child
+binds none, and where the host's ranks outnumber their CPUs returns ops' threads
+to that CPU while the host is quiet; a child
 forked from a bound rank gets the CPUs back; ops of at least
 FASTCOMM_SHM_UNBOUND_MIN_BYTES run free; a waiter moves a preempted peer onto
 its CPU (runs in a RankPool)."""
@@ -49,17 +49,14 @@ def bound_by_local_rank(rank, world_size):
     dist.destroy_process_group(group)
 
 
-def auto_binds_where_ranks_match_cpus(rank, world_size):
-    """auto: bound as above where the ranks are as many as the CPUs they
-    may use (2 ranks on this 2-CPU machine), else left alone (3 ranks here),
-    with a home CPU to return to where they outnumber the CPUs."""
+def auto_never_binds(rank, world_size):
+    """auto: no process bound, every thread on every CPU, whether the ranks are
+    as many as the CPUs (2 on this 2-CPU machine) or more (3 here); only where
+    they outnumber the CPUs a home CPU to return to."""
     cpus = _shm.usable_cpus()
-    if world_size == len(cpus):
-        bound_by_local_rank(rank, world_size)
-    else:
-        assert _shm._cpus_before_binding is None, "auto bound ranks that do not match the CPUs"
-        assert all(c == set(cpus) for c in _thread_cpus().values()), (cpus, _thread_cpus())
-        assert _shm._home_cpu == (cpus[rank % len(cpus)] if world_size > len(cpus) else None), _shm._home_cpu
+    assert _shm._cpus_before_binding is None, "auto bound a rank"
+    assert all(c == set(cpus) for c in _thread_cpus().values()), (cpus, _thread_cpus())
+    assert _shm._home_cpu == (cpus[rank % len(cpus)] if world_size > len(cpus) else None), _shm._home_cpu
 
 
 def forked_child_gets_the_cpus_back(rank, world_size):

@@ -8,6 +8,7 @@ import pytest
     "check",
     [
         checks.launch_returns_before_peers_arrive,
+        checks.blocking_calls_run_on_the_caller,
         checks.issue_order_holds,
         checks.queue_thread_ends_with_group,
         checks.ddp_on_the_queue,

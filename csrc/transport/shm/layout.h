@@ -77,7 +77,7 @@ struct RankControl {
   alignas(64) int32_t pid;        // for liveness checks by peers
   std::atomic<int32_t> left;      // 1 once the rank shut its group down: peers still waiting for it stop
   // The CPU this rank ran on when it last posted a round or rang a peer's
-  // point-to-point doorbell (sched_getcpu; 0 before either): a waiter that
+  // point-to-point doorbell (sched_getcpu; -1 before either): a waiter that
   // finds the rank it waits for on its own CPU stops spinning and yields
   // (Engine::missing_rank_shares_cpu, P2pChannels::peer_shares_cpu). A hint
   // only: every wait still checks what it waits for.

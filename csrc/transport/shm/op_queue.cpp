@@ -35,6 +35,7 @@ void OpQueue::push(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->unfinished.fetch_add(1, std::memory_order_relaxed);
+    state_->pushed.fetch_add(1, std::memory_order_relaxed);
     state_->jobs.push_back(std::move(job));
     if (!thread_.joinable()) {
       thread_ = std::thread([state = state_] { loop(state); });

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -40,6 +41,10 @@ class OpQueue {
   void drain();
   // True on the queue's thread (inside a job).
   bool on_queue_thread() const;
+  // Jobs pushed so far (introspection and tests: which ops went to the queue).
+  uint64_t pushed() const {
+    return state_->pushed.load(std::memory_order_relaxed);
+  }
 
  private:
   // Shared with the thread, so that a thread detached by a destructor that ran
@@ -54,6 +59,7 @@ class OpQueue {
     // Jobs pushed and not yet finished; lets drain() return without the mutex
     // when nothing is queued (every inline engine op calls drain()).
     std::atomic<int64_t> unfinished{0};
+    std::atomic<uint64_t> pushed{0};
     std::thread::id thread_id;
   };
   static void loop(const std::shared_ptr<State>& state);

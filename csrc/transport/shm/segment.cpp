@@ -70,7 +70,10 @@ std::unique_ptr<Segment> Segment::create(int local_size, size_t slot_bytes) {
   h->wake_word.store(0);
   h->sleepers.store(0);
   h->failed_rank_plus_one.store(0);
-  for (const auto r : c10::irange(local_size)) segment->control(r)->posted.store(0);
+  for (const auto r : c10::irange(local_size)) {
+    segment->control(r)->posted.store(0);
+    segment->control(r)->cpu.store(-1);  // no CPU yet: matches no waiter's (a waiter on CPU 0 would yield needlessly)
+  }
   // The magic goes last: an attacher that sees it sees a complete header.
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
