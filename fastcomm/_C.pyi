@@ -189,7 +189,7 @@ class ShmEngine:
 
     @property
     def queued_ops(self) -> int:
-        """Ops run on the group's op queue thread so far (all_reduce of at least shm_async_min_bytes whose caller does not wait at once)."""
+        """Ops handed to the group's op queue so far (all_reduce of at least shm_async_min_bytes whose caller does not wait at once)."""
 
     @property
     def spin_budget_us(self) -> float:

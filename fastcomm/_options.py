@@ -87,13 +87,13 @@ class Options:
     # thread on its home CPU while no other process uses the CPUs
     # (transport/shm/home_keeping.h: steadier rounds). Not bound at ranks == CPUs
     # because beside a busy process a bound rank cannot leave the CPU that process
-    # shares with it: DDP steps of GPT-2 small beside one were faster than Gloo's
-    # unbound and slower than Gloo's bound, with the busy process keeping more
+    # shares with it: beside one, fastcomm's DDP step of GPT-2 small was faster
+    # than Gloo's with ranks unbound and slower with them bound, with the busy process keeping more
     # beside unbound ranks, and quiet steps no slower (benchmarks/real_models.py,
     # whole jobs alternating between the two; benchmarks/peers/patterns.py --busy 1
     # agrees). Waiters that find the rank they wait for on their own CPU yield it
     # (Engine::missing_rank_shares_cpu, P2pChannels::peer_shares_cpu), which is
-    # what binding used to prevent (docs/algorithms.md "Where ranks run").
+    # what binding prevents (docs/algorithms.md "Where ranks run").
     shm_bind_cpus: int = -1
     # A bound process runs shared-memory ops of at least this many bytes on any
     # of the CPUs it had before binding, smaller ones on its own CPU (the thread

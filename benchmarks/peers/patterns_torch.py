@@ -53,9 +53,11 @@ class BackendObject(TorchDistributed):
 
     def __init__(self):
         self.backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        self.blocking = dist.AllreduceOptions()
+        self.blocking.asyncOp = False  # waited for at once, as dist.all_reduce passes it
 
     def all_reduce(self, buf):
-        self.backend.allreduce([buf]).wait()
+        self.backend.allreduce([buf], self.blocking).wait()
 
     def send(self, buf, dst):
         self.backend.send([buf], dst, 0).wait()

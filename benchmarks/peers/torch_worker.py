@@ -94,7 +94,9 @@ def _rank(rank: int, args, store_path: str) -> None:
         elif args.api == "dist":
             op = lambda: dist.all_reduce(t)  # noqa: E731
         else:
-            op = lambda: backend.allreduce([t]).wait()  # noqa: E731
+            blocking = dist.AllreduceOptions()
+            blocking.asyncOp = False  # waited for at once, as dist.all_reduce passes it
+            op = lambda: backend.allreduce([t], blocking).wait()  # noqa: E731
         for _ in range(args.warmup):
             op()
         if args.api == "cpp" and not deepspeed:  # barrier and op looped in C++: the backend's own cost

@@ -44,8 +44,11 @@ OpType parse_op(const std::string& name) {
 c10::intrusive_ptr<c10d::Work> launch_once(c10d::Backend& backend, OpType op, at::Tensor& input, at::Tensor& output) {
   std::vector<at::Tensor> tensors{input};
   switch (op) {
-    case OpType::ALLREDUCE:
-      return backend.allreduce(tensors);
+    case OpType::ALLREDUCE: {
+      c10d::AllreduceOptions blocking;  // the loop waits at once, as dist.all_reduce does
+      blocking.asyncOp = false;
+      return backend.allreduce(tensors, blocking);
+    }
     case OpType::BROADCAST:
       return backend.broadcast(tensors);
     case OpType::REDUCE:

@@ -206,8 +206,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("sleeps", &Engine::sleeps)
       .def_property_readonly(
           "queued_ops", [](Engine& e) { return e.queue().pushed(); },
-          "Ops run on the group's op queue thread so far (all_reduce of at least shm_async_min_bytes whose caller "
-          "does not wait at once).")
+          "Ops handed to the group's op queue so far (all_reduce of at least shm_async_min_bytes whose caller does "
+          "not wait at once; ops issued from a queued op's callback run on the queue's thread without a hand-over).")
       .def_property_readonly("spins", &Engine::spins,
                              "True where the host's ranks have a CPU each: waiters spin before they yield (where "
                              "ranks outnumber CPUs, collective waits spin only while home keeping finds the host "

@@ -293,6 +293,7 @@ def _sendrecv(count, dtype, rank, n, op, root, in_place, device):
 
 def _options(kind, op: str | None = None, root: int | None = None):
     options = kind()
+    options.asyncOp = False  # the caller waits at once, as dist.* does without async_op=True
     if op is not None:
         options.reduceOp = OPS[op]
     if root is not None:

@@ -105,8 +105,8 @@ def large_ops_run_free(rank, world_size):
     """The thread that runs an op of at least FASTCOMM_SHM_UNBOUND_MIN_BYTES (16
     MiB by default) may use every CPU the process had before binding; the next
     smaller op binds it again (transport/shm/cpu_binding.h). Broadcast: it runs
-    on the calling thread on any machine (large all_reduce may go to the op
-    queue where CPUs are plenty)."""
+    on the calling thread on any machine (a large all_reduce with async_op=True
+    may go to the op queue where CPUs are plenty)."""
     home = _home_cpu(rank)
     threshold = read_options().shm_unbound_min_bytes
     assert threshold > 0
@@ -231,7 +231,7 @@ def oversubscribed_ranks_return_home(rank, world_size):
     10 s quiet, 2 s beside the busy process, which is killed even on failure."""
     cpus = _shm.usable_cpus()
     if len(cpus) < 2 or world_size <= len(cpus):
-        return  # nothing to keep: a single CPU, or ranks that auto binds
+        return  # nothing to keep: a single CPU, or a CPU for every rank
     home = cpus[rank % len(cpus)]
     assert _shm._home_cpu == home and _shm._cpus_before_binding is None
     engine = fastcomm.fastcomm_backend().shm_engine

@@ -80,8 +80,8 @@ def waits_without_spin_budget_sleep(rank, world_size, iterations):
         dist.all_reduce(t, group=group)
         expected = world_size * (world_size - 1) // 2 + world_size * i
         assert_equal(t, torch.full((3,), expected, dtype=torch.int32), f"all_reduce {i} without the budget")
-    # Counted where each rank has a CPU (2 ranks here): with more, a waiter sharing the late
-    # rank's CPU is itself held back by it and often finds it posted.
+    # Counted where each rank has a CPU of its own (2 bound ranks here): with more, a waiter
+    # sharing the late rank's CPU is itself held back by it and often finds it posted.
     if rank != 0 and world_size <= os.cpu_count():
         assert engine.sleeps - sleeps >= iterations // 2, (engine.sleeps - sleeps, iterations)
     dist.destroy_process_group(group)

@@ -286,7 +286,7 @@ def test_binding_modes(monkeypatch):
     for raw, mode in (("auto", -1), ("0", 0), ("1", 1), ("", -1)):
         monkeypatch.setenv("FASTCOMM_SHM_BIND_CPUS", raw)
         assert read_options().shm_bind_cpus == mode, raw
-    # auto: bind at one CPU per rank exactly; keep homes where ranks outnumber CPUs; a lone rank or spare CPUs: free
+    # auto: keep homes where ranks outnumber CPUs, else free (a CPU per rank or more, a lone rank); 1: bind
     assert resolve_cpu_placement(-1, local_ranks=2, cpus=2) == "free"
     assert resolve_cpu_placement(-1, local_ranks=8, cpus=8) == "free"
     assert resolve_cpu_placement(-1, local_ranks=3, cpus=2) == "keep_home"

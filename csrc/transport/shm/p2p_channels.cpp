@@ -550,7 +550,8 @@ void P2pChannels::complete(Finished& finished) {
 }
 
 bool P2pChannels::peer_shares_cpu(const P2pOp& op) const {
-  return op.peer_ >= 0 && segment_.control(op.peer_)->cpu.load(std::memory_order_relaxed) == ::sched_getcpu();
+  const int cpu = ::sched_getcpu();  // -1 where it fails, as a peer's `cpu` before its first post
+  return op.peer_ >= 0 && cpu >= 0 && segment_.control(op.peer_)->cpu.load(std::memory_order_relaxed) == cpu;
 }
 
 void P2pChannels::ring(int local_rank) {
