@@ -88,8 +88,9 @@ class Options:
     # (transport/shm/home_keeping.h: steadier rounds). Not bound at ranks == CPUs
     # because beside a busy process a bound rank cannot leave the CPU that process
     # shares with it: beside one, fastcomm's DDP step of GPT-2 small was faster
-    # than Gloo's with ranks unbound and slower with them bound, with the busy process keeping more
-    # beside unbound ranks, and quiet steps no slower (benchmarks/real_models.py,
+    # than Gloo's with ranks unbound and slower with them bound, with the busy
+    # process keeping more beside unbound ranks, and quiet steps no slower
+    # (benchmarks/real_models.py,
     # whole jobs alternating between the two; benchmarks/peers/patterns.py --busy 1
     # agrees). Waiters that find the rank they wait for on their own CPU yield it
     # (Engine::missing_rank_shares_cpu, P2pChannels::peer_shares_cpu), which is

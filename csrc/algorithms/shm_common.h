@@ -7,7 +7,8 @@
 // a finished (or failed) Launched (shm_run): ranks on one host
 // progress in lock step through the segment, so for small messages a helper
 // thread would only add a wake-up. Large all_reduce whose caller does not
-// wait at once (DDP's buckets) runs on the engine's op queue instead (shm_run_sized, transport/shm/op_queue.h):
+// wait at once (DDP's buckets) runs on the engine's op queue instead
+// (shm_run_sized, transport/shm/op_queue.h):
 // launch returns at once and the future completes on the queue's thread, so
 // the caller (DDP's autograd thread) keeps computing. Either way the engine
 // runs ops in the order they were issued: shm_run first waits for the queued

@@ -1,8 +1,8 @@
 """Large all_reduce on one host whose caller does not wait at once (async_op=True, DDP's
 buckets) runs on the engine's op queue (FASTCOMM_SHM_ASYNC_MIN_BYTES, set to 1 MiB for these
-checks), a blocking one on the caller: the queued call returns before peers arrive, the engine still runs every op in
-issue order (queued ones, inline ones after them, and ones issued by a queued op's
-callback), and the queue's thread ends with the group."""
+checks), a blocking one on the caller: the queued call returns before peers arrive, the
+engine still runs every op in issue order (queued ones, inline ones after them, and ones
+issued by a queued op's callback), and the queue's thread ends with the group."""
 
 from __future__ import annotations
 
