@@ -194,8 +194,7 @@ bool Engine::wait_awake(uint64_t target, std::chrono::steady_clock::time_point y
 bool Engine::missing_rank_shares_cpu(uint64_t target, int cpu) const {
   for (const auto r : c10::irange(local_size_)) {
     const RankControl* peer = segment_->control(r);
-    if (r != local_rank_ && cpu >= 0 && peer->posted.load(std::memory_order_relaxed) < target &&
-        peer->cpu.load(std::memory_order_relaxed) == cpu) {
+    if (r != local_rank_ && peer->posted.load(std::memory_order_relaxed) < target && last_ran_on(*peer, cpu)) {
       return true;
     }
   }

@@ -118,6 +118,12 @@ inline void publish_cpu(RankControl& control) {
   if (control.cpu.load(std::memory_order_relaxed) != now_on) control.cpu.store(now_on, std::memory_order_relaxed);
 }
 
+// Whether the rank of `control` last published `cpu` (a waiter's sched_getcpu).
+// Never for -1: a rank that has not published yet, or a failed sched_getcpu.
+inline bool last_ran_on(const RankControl& control, int cpu) {
+  return cpu >= 0 && control.cpu.load(std::memory_order_relaxed) == cpu;
+}
+
 // Point-to-point channel geometry: a ring of kChannelSlots slots of
 // kChannelSlotBytes (header included) per ordered pair of local ranks. 8 x 128
 // KiB: a message of up to ~1 MiB is written in one go without waiting for the

@@ -550,8 +550,7 @@ void P2pChannels::complete(Finished& finished) {
 }
 
 bool P2pChannels::peer_shares_cpu(const P2pOp& op) const {
-  const int cpu = ::sched_getcpu();  // -1 where it fails, as a peer's `cpu` before its first post
-  return op.peer_ >= 0 && cpu >= 0 && segment_.control(op.peer_)->cpu.load(std::memory_order_relaxed) == cpu;
+  return op.peer_ >= 0 && last_ran_on(*segment_.control(op.peer_), ::sched_getcpu());
 }
 
 void P2pChannels::ring(int local_rank) {
