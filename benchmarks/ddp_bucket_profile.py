@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_record  # noqa: E402
 from real_models import build_model, model_library_versions, noop_hook, run_condition  # noqa: E402
 
-from fastcomm.bench.harness import measured  # noqa: E402
+from fastcomm.bench.harness import DDP_WARMUP_STEPS, measured  # noqa: E402
 
 MODES = ["local", "noop", "default", "profiled"]
 
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     p.add_argument("--backends", nargs="+", choices=["fastcomm", "gloo"], default=["fastcomm", "gloo"])
     p.add_argument("--view", action="store_true", help="gradient_as_bucket_view=True")
     p.add_argument("--busy", type=int, default=0, help="busy processes beside the ranks")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=DDP_WARMUP_STEPS, help="untimed steps after each DDP is built")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--passes", type=int, default=2, help="passes over the configurations, alternating order")
     results_record.add_arguments(p, "ddp_bucket_profile")

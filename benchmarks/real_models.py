@@ -57,7 +57,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import results_record
-from fastcomm.bench.harness import measured, spawn_ranks
+from fastcomm.bench.harness import DDP_WARMUP_STEPS, measured, spawn_ranks
 
 CONFIGS = ["local", "noop", "gloo", "gloo+fp16", "fastcomm", "fastcomm+view", "fastcomm+fp16"]
 MODELS = ["gpt2", "bert", "opt", "cnn"]
@@ -184,6 +184,7 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
         params = sum(p.numel() for p in model.parameters())
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         times: dict[str, list[float]] = {c: [] for c in args.configs}
+        untimed: dict[str, list[float]] = {c: [] for c in args.configs}
         work: dict[str, list[tuple[int, float]]] = {c: [] for c in args.configs}
         for p_index in range(args.passes):
             order = args.configs if p_index % 2 == 0 else list(reversed(args.configs))
@@ -201,11 +202,15 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
                     if s >= args.warmup:
                         times[config].append(t)
                         work[config].append((read_work(neighbour_path, busy) - w0, t))
+                    else:
+                        untimed[config].append(t)
                 del net
         # Each step started after a barrier: its time on the slowest rank is the step's time.
         slowest = torch.tensor([times[c] for c in args.configs], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=control)
         samples = dict(zip(args.configs, slowest.tolist()))
+        slowest_untimed = torch.tensor([untimed[c] for c in args.configs], dtype=torch.float64)
+        dist.all_reduce(slowest_untimed, op=dist.ReduceOp.MAX, group=control)
         rates = {c: sum(u for u, _ in work[c]) / sum(t for _, t in work[c]) for c in args.configs}
         rows.append(
             {
@@ -213,6 +218,8 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
                 "params": params,
                 "step_s": {c: statistics.median(v) for c, v in samples.items()},
                 "samples_s": samples,
+                # The untimed steps (--warmup per pass, in order): their one-time costs.
+                "warmup_s": dict(zip(args.configs, slowest_untimed.tolist())),
                 "neighbour_work_per_s": rates if busy else None,
             }
         )
@@ -244,8 +251,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--warmup",
         type=int,
-        default=2,
-        help="untimed steps after each DDP is built (its buckets are rebuilt after the first)",
+        default=DDP_WARMUP_STEPS,
+        help="untimed steps after each DDP is built (their one-time costs: fastcomm.bench.harness.DDP_WARMUP_STEPS)",
     )
     p.add_argument("--steps", type=int, default=3, help="timed steps per configuration and pass")
     p.add_argument("--passes", type=int, default=1, help="passes over the configurations, alternating order")

@@ -28,6 +28,14 @@ import torch.distributed as dist
 
 from fastcomm.bench.collectives import COLLECTIVES, DTYPES, CollectiveSpec
 
+# Untimed steps of a freshly built DDP before its steps are timed. DDP rebuilds
+# its buckets after its first step, and on fastcomm a bucket's second
+# single-copy all_reduce moves it into huge pages (docs/algorithms.md "Huge
+# pages for reused tensors"): one-time costs, paid by the first three steps.
+# From the fourth on, a step costs what training pays step after step.
+# benchmarks/real_models.py keeps the untimed steps' times in its record.
+DDP_WARMUP_STEPS = 3
+
 
 def _spawned(rank: int, fn: Callable, nproc: int, args: tuple, store_path: str, result_path: str) -> None:
     import torch.distributed as dist

@@ -469,6 +469,8 @@ def test_real_models_record_and_rendered_table(tmp_path):
     (row,) = _record(results / "real_models.json", "real_models", "real_models.py")["results"]
     assert row["condition"] == "beside 1 busy process(es)" and row["busy"] == 1 and row["model"] == "cnn"
     assert list(row["step_s"]) == configs and all(t > 0 for t in row["step_s"].values()), row
+    # the one untimed step of each configuration, kept apart from the timed ones
+    assert list(row["warmup_s"]) == configs and all(len(v) == 1 and v[0] > 0 for v in row["warmup_s"].values()), row
     assert all(rate > 0 for rate in row["neighbour_work_per_s"].values()), row
     text = (_render(tmp_path, results) / "training.md").read_text()
     assert text.count("| cnn (30M) | beside 1 busy process(es) |") == len(configs), text
