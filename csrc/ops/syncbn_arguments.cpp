@@ -101,6 +101,14 @@ int64_t check_finalize_stats_args(const at::Tensor& packed, const std::optional<
            stats_dtype);
   check_optional_vector(running_mean, channels, packed.device(), op, "running_mean");
   check_optional_vector(running_var, channels, packed.device(), op, "running_var");
+  // Updated in place (on CUDA by one kernel for both): contiguous, of one dtype.
+  FC_CHECK(!(given(running_mean) && given(running_var)) || running_mean->scalar_type() == running_var->scalar_type(),
+           op, "running_mean and running_var must share a dtype, got ", running_mean->scalar_type(), " and ",
+           running_var->scalar_type());
+  FC_CHECK(!given(running_mean) || running_mean->is_contiguous(), op,
+           "running_mean must be contiguous (it is updated in place), got strides ", running_mean->strides());
+  FC_CHECK(!given(running_var) || running_var->is_contiguous(), op,
+           "running_var must be contiguous (it is updated in place), got strides ", running_var->strides());
   return channels;
 }
 
@@ -125,6 +133,9 @@ void check_grad_input_args(const LaidOut& in, const at::Tensor& mean, const at::
   check_vector(sums, 2 * channels, in.tensor.device(), at::kDouble, op, "sums");
   FC_CHECK(channels_of_packed_stats(packed, op) == channels, op, "packed statistics describe ",
            channels_of_packed_stats(packed, op), " channels, the input has ", channels);
+  // Its count is read where the op runs.
+  FC_CHECK(packed.device() == in.tensor.device(), op, "packed is on ", packed.device(), ", expected ",
+           in.tensor.device());
 }
 
 }  // namespace syncbn

@@ -70,11 +70,6 @@ std::tuple<at::Tensor, at::Tensor> finalize_stats_cuda(const at::Tensor& packed,
   const int64_t channels = check_finalize_stats_args(packed, running_mean, running_var, stats_dtype, op);
   const bool tracked_mean = given(running_mean);
   const bool tracked_var = given(running_var);
-  FC_CHECK(!(tracked_mean && tracked_var) || running_mean->scalar_type() == running_var->scalar_type(), op,
-           "running_mean and running_var must share a dtype, got ", running_mean->scalar_type(), " and ",
-           running_var->scalar_type());
-  FC_CHECK((!tracked_mean || running_mean->is_contiguous()) && (!tracked_var || running_var->is_contiguous()), op,
-           "running statistics must be contiguous");
   c10::cuda::CUDAGuard guard(packed.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor sums = packed.contiguous();

@@ -115,3 +115,26 @@ def test_collective_path_through_nccl(single_rank_group):
         outputs.append((y, *grads))
     for a, c in zip(*outputs):
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
+
+
+def test_bad_arguments_refused_before_the_kernels():
+    """Inputs the CPU operators refuse (tests/unit/test_syncbn_ops.py) are refused on
+    CUDA too, before a kernel could read them: the same argument checks for every device."""
+    cuda = torch.device("cuda")
+    packed = torch.tensor([4.0, 2, 2, 3, 3], dtype=torch.float64, device=cuda)
+    with pytest.raises(RuntimeError, match="running_mean and running_var must share a dtype"):
+        ops.syncbn_finalize_stats(
+            packed,
+            1e-5,
+            0.1,
+            torch.zeros(2, device=cuda),
+            torch.zeros(2, dtype=torch.float64, device=cuda),
+            torch.float32,
+        )
+    with pytest.raises(RuntimeError, match="running_mean must be contiguous"):
+        ops.syncbn_finalize_stats(packed, 1e-5, 0.1, torch.zeros(4, device=cuda)[::2], None, torch.float32)
+    x = torch.ones(4, 2, device=cuda)
+    mean, invstd = torch.zeros(2, device=cuda), torch.ones(2, device=cuda)
+    sums = torch.zeros(4, dtype=torch.float64, device=cuda)
+    with pytest.raises(RuntimeError, match="fastcomm syncbn_grad_input: packed is on cpu, expected cuda"):
+        ops.syncbn_grad_input(x, x, mean, invstd, None, sums, packed.cpu())

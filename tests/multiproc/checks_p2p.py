@@ -213,12 +213,16 @@ def single_copy_counts(rank, world_size):
     assert after["single_copy_refused"] == 0, after
 
 
-def pingpong_on_one_cpu(rank, world_size):
+def pingpong_on_one_cpu(rank, world_size, any_source=False):
     """Ranks squeezed onto one CPU exchange messages of every path (ring chunks,
     several chunks, single copy): each arrives exact, and where waiters spin
     (a CPU per rank) the waits that found their peer on their own CPU yielded to
     it instead of spinning out a time slice (p2p_stats' shared_cpu_waits grew on
-    some rank: every exchange here has one rank waiting on the other's CPU)."""
+    some rank: every exchange here has one rank waiting on the other's CPU).
+    any_source: the receives name no source (the sender may be any rank on the
+    waiter's CPU), each saying the previous rank sent it; messages through the
+    ring only, so that every wait is such a receive (a single-copy send waits for
+    its named receiver)."""
     backend = fastcomm.fastcomm_backend()
     if not _shm_p2p(world_size):
         return
@@ -233,18 +237,23 @@ def pingpong_on_one_cpu(rank, world_size):
     os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
     received = []  # judged once all exchanges are done: a rank that stopped early would hang its peer
     try:
-        for step, numel in enumerate([1, 256, CHUNK_BYTES // 4 + 3, 1 << 20] * 5):
+        single_copy = backend.config.p2p_single_copy_bytes or (1 << 62)
+        sizes = [1, 256, CHUNK_BYTES // 4 + 3, 1 << 20]
+        if any_source:
+            sizes = [numel for numel in sizes if numel * 4 < single_copy]
+        for step, numel in enumerate(sizes * 5):
             got = torch.zeros(numel)
             if rank % 2 == 0:
                 dist.send(_message(rank, nxt, numel, torch.float32, step), dst=nxt)
-                dist.recv(got, src=prv)
+                source = dist.recv(got, src=None if any_source else prv)
             else:
-                dist.recv(got, src=prv)
+                source = dist.recv(got, src=None if any_source else prv)
                 dist.send(_message(rank, nxt, numel, torch.float32, step), dst=nxt)
-            received.append((step, numel, got))
+            received.append((step, numel, got, source))
     finally:
         os.sched_setaffinity(0, cpus)
-    for step, numel, got in received:
+    for step, numel, got, source in received:
+        assert source == prv, f"{numel * 4} B, step {step}: from rank {source}, expected {prv}"
         assert_equal(got, _message(prv, rank, numel, torch.float32, step), f"{numel * 4} B, step {step}")
     yielded = torch.tensor([backend.p2p_stats()["shared_cpu_waits"] - before])
     dist.all_reduce(yielded)

@@ -29,8 +29,9 @@ def test_single_copy_path(ranks2):
     ranks2.run(checks.single_copy_counts)
 
 
-def test_pingpong_on_one_cpu(ranks2):
-    ranks2.run(checks.pingpong_on_one_cpu)
+@pytest.mark.parametrize("any_source", [False, True], ids=["named_source", "any_source"])
+def test_pingpong_on_one_cpu(ranks2, any_source):
+    ranks2.run(checks.pingpong_on_one_cpu, any_source=any_source)
 
 
 def test_reused_sends_move_into_huge_pages(ranks2):

@@ -167,6 +167,16 @@ def test_results_do_not_depend_on_threads(threads):
             "compress_int8_dequantize_sum: the gathered payloads must be Byte, got Float",
         ),
         (
+            lambda: ops.compress_int8_dequantize_sum(
+                torch.zeros(9, dtype=torch.uint8)[1:].view(1, 8), torch.zeros(4), 4, 1.0
+            ),
+            r"compress_int8_dequantize_sum: the gathered payloads must start 4-byte aligned; this view starts at byte 1 ",
+        ),
+        (
+            lambda: ops.compress_sign_sum(torch.zeros(18, dtype=torch.uint8)[2:].view(2, 8), torch.zeros(16), 1.0),
+            r"compress_sign_sum: the gathered payloads must start 4-byte aligned; this view starts at byte 2 ",
+        ),
+        (
             lambda: ops.compress_multi_tensor_pack([torch.zeros(5)], torch.zeros(4), 1.0, 1.0),
             "compress_multi_tensor_pack: the sources hold more than dst's 4 elements",
         ),

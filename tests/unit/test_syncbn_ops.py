@@ -225,6 +225,39 @@ def test_non_contiguous_input_is_copied():
             r"fastcomm syncbn_finalize_stats: running_mean should contain 1 elements",
         ),
         (
+            lambda: ops.syncbn_finalize_stats(
+                torch.tensor([4.0, 2, 3], dtype=torch.float64),
+                1e-5,
+                0.1,
+                torch.zeros(1),
+                torch.zeros(1, dtype=torch.float64),
+                torch.float32,
+            ),
+            r"fastcomm syncbn_finalize_stats: running_mean and running_var must share a dtype, got Float and Double",
+        ),
+        (
+            lambda: ops.syncbn_finalize_stats(
+                torch.tensor([4.0, 2, 2, 3, 3], dtype=torch.float64),
+                1e-5,
+                0.1,
+                torch.zeros(4)[::2],
+                None,
+                torch.float32,
+            ),
+            r"fastcomm syncbn_finalize_stats: running_mean must be contiguous \(it is updated in place\)",
+        ),
+        (
+            lambda: ops.syncbn_finalize_stats(
+                torch.tensor([4.0, 2, 2, 3, 3], dtype=torch.float64),
+                1e-5,
+                0.1,
+                None,
+                torch.zeros(4)[::2],
+                torch.float32,
+            ),
+            r"fastcomm syncbn_finalize_stats: running_var must be contiguous \(it is updated in place\)",
+        ),
+        (
             lambda: ops.syncbn_grad_sums(torch.ones(4, 2), torch.ones(4, 3), torch.zeros(3)),
             r"fastcomm syncbn_grad_sums: expected a tensor of shape \[4, 3\], got \[4, 2\]",
         ),

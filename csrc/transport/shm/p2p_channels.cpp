@@ -550,7 +550,13 @@ void P2pChannels::complete(Finished& finished) {
 }
 
 bool P2pChannels::peer_shares_cpu(const P2pOp& op) const {
-  return op.peer_ >= 0 && last_ran_on(*segment_.control(op.peer_), ::sched_getcpu());
+  const int cpu = ::sched_getcpu();
+  if (op.peer_ >= 0) return last_ran_on(*segment_.control(op.peer_), cpu);
+  // A receive from any source: whichever rank sends may be the one on this CPU.
+  for (const auto r : c10::irange(local_size_)) {
+    if (r != me_ && last_ran_on(*segment_.control(r), cpu)) return true;
+  }
+  return false;
 }
 
 void P2pChannels::ring(int local_rank) {

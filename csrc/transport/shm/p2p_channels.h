@@ -205,7 +205,8 @@ class P2pChannels {
   void complete(Finished& finished);
   // Bumps `local_rank`'s doorbell (waking it if it sleeps) and publishes this rank's CPU.
   void ring(int local_rank);
-  // True when op's peer last rang from the CPU this thread runs on.
+  // True when op's peer (for a receive from any source: any other local rank)
+  // last rang from the CPU this thread runs on.
   bool peer_shares_cpu(const P2pOp& op) const;
   void sleep_on_doorbell(std::chrono::nanoseconds slice);
   void progress_thread();
