@@ -48,11 +48,12 @@ int64_t check_gathered(const at::Tensor& gathered, at::ScalarType dtype, int64_t
   FC_CHECK(gathered.dim() == 2 && gathered.size(0) >= 1 && gathered.size(1) == row_elements, op,
            "the gathered payloads must be [ranks, ", row_elements, "] for this output, got ", gathered.sizes());
   FC_CHECK(gathered.is_contiguous(), op, "the gathered payloads must be contiguous");
-  // Every row's float32 scales and int32 words are read in place (compress_format.h): a buffer
-  // that starts 4-byte aligned keeps them aligned (a misaligned load faults on CUDA).
-  FC_CHECK(reinterpret_cast<uintptr_t>(gathered.const_data_ptr()) % 4 == 0, op,
-           "the gathered payloads must start 4-byte aligned; this view starts at byte ",
-           gathered.storage_offset() * gathered.element_size(), " of its storage");
+  // The CUDA kernels read every row's float32 scales and int32 words in place (compress_format.h):
+  // a buffer that starts 4-byte aligned keeps them aligned, and a misaligned load faults. Refused
+  // on every device, so that CPU and CUDA take the same inputs.
+  const auto misaligned = reinterpret_cast<uintptr_t>(gathered.const_data_ptr()) % 4;
+  FC_CHECK(misaligned == 0, op, "the gathered payloads must start 4-byte aligned, they start ", misaligned,
+           " byte(s) past a multiple of 4");
   FC_CHECK(gathered.device() == out.device(), op, "the gathered payloads are on ", gathered.device(),
            ", the output on ", out.device());
   return gathered.size(0);

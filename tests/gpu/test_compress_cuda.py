@@ -84,6 +84,21 @@ def test_operators_do_not_sync():
     torch.cuda.synchronize()
 
 
+@pytest.mark.parametrize("op", ["compress_int8_dequantize_sum", "compress_sign_sum"])
+def test_misaligned_payloads_refused(op):
+    """A gathered buffer that does not start 4-byte aligned is refused before a kernel
+    loads its float32 scales (a misaligned load would fault), as on CPU."""
+    gathered = torch.zeros(9, dtype=torch.uint8, device="cuda")[1:].view(1, 8)
+    args = (
+        (gathered, torch.zeros(4, device="cuda"), 4, 1.0)
+        if "int8" in op
+        else (gathered, torch.zeros(32, device="cuda"), 1.0)
+    )
+    with pytest.raises(RuntimeError, match=f"fastcomm {op}: the gathered payloads must start 4-byte aligned"):
+        getattr(ops, op)(*args)
+    torch.cuda.synchronize()  # nothing was launched that could have faulted
+
+
 @pytest.fixture(scope="module")
 def nccl_group():
     """A 1-rank fastcomm group (CUDA collectives go to NCCL)."""

@@ -118,8 +118,9 @@ def test_collective_path_through_nccl(single_rank_group):
 
 
 def test_bad_arguments_refused_before_the_kernels():
-    """Inputs the CPU operators refuse (tests/unit/test_syncbn_ops.py) are refused on
-    CUDA too, before a kernel could read them: the same argument checks for every device."""
+    """The shared argument checks refuse on CUDA what they refuse on CPU
+    (tests/unit/test_syncbn_ops.py), and packed statistics on another device
+    than the input, before a kernel could read them."""
     cuda = torch.device("cuda")
     packed = torch.tensor([4.0, 2, 2, 3, 3], dtype=torch.float64, device=cuda)
     with pytest.raises(RuntimeError, match="running_mean and running_var must share a dtype"):

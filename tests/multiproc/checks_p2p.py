@@ -220,9 +220,9 @@ def pingpong_on_one_cpu(rank, world_size, any_source=False):
     it instead of spinning out a time slice (p2p_stats' shared_cpu_waits grew on
     some rank: every exchange here has one rank waiting on the other's CPU).
     any_source: the receives name no source (the sender may be any rank on the
-    waiter's CPU), each saying the previous rank sent it; messages through the
-    ring only, so that every wait is such a receive (a single-copy send waits for
-    its named receiver)."""
+    waiter's CPU), each saying the previous rank sent it; only the messages that
+    go through the ring and fit it, so that every wait is such a receive (a
+    single-copy send, or one larger than the ring, waits for its named receiver)."""
     backend = fastcomm.fastcomm_backend()
     if not _shm_p2p(world_size):
         return
@@ -237,10 +237,10 @@ def pingpong_on_one_cpu(rank, world_size, any_source=False):
     os.sched_setaffinity(0, {min(fastcomm._shm.usable_cpus())})  # the same CPU on every rank
     received = []  # judged once all exchanges are done: a rank that stopped early would hang its peer
     try:
-        single_copy = backend.config.p2p_single_copy_bytes or (1 << 62)
         sizes = [1, 256, CHUNK_BYTES // 4 + 3, 1 << 20]
         if any_source:
-            sizes = [numel for numel in sizes if numel * 4 < single_copy]
+            single_copy = backend.config.p2p_single_copy_bytes or (1 << 62)
+            sizes = [numel for numel in sizes if numel * 4 < min(single_copy, RING_BYTES)]
         for step, numel in enumerate(sizes * 5):
             got = torch.zeros(numel)
             if rank % 2 == 0:
