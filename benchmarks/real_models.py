@@ -168,6 +168,13 @@ def read_work(path: str, count: int) -> int:
     return sum(struct.unpack(f"{count}Q", data))
 
 
+def on_slowest_rank(per_config: dict[str, list[float]], configs: list[str], control) -> dict[str, list[float]]:
+    """Each configuration's step times, each the largest over the ranks."""
+    t = torch.tensor([per_config[c] for c in configs], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
+    return dict(zip(configs, t.tolist()))
+
+
 def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) -> list[dict]:
     import fastcomm  # noqa: F401  (registers the backend)
 
@@ -206,11 +213,7 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
                         untimed[config].append(t)
                 del net
         # Each step started after a barrier: its time on the slowest rank is the step's time.
-        slowest = torch.tensor([times[c] for c in args.configs], dtype=torch.float64)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=control)
-        samples = dict(zip(args.configs, slowest.tolist()))
-        slowest_untimed = torch.tensor([untimed[c] for c in args.configs], dtype=torch.float64)
-        dist.all_reduce(slowest_untimed, op=dist.ReduceOp.MAX, group=control)
+        samples = on_slowest_rank(times, args.configs, control)
         rates = {c: sum(u for u, _ in work[c]) / sum(t for _, t in work[c]) for c in args.configs}
         rows.append(
             {
@@ -219,7 +222,7 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
                 "step_s": {c: statistics.median(v) for c, v in samples.items()},
                 "samples_s": samples,
                 # The untimed steps (--warmup per pass, in order): their one-time costs.
-                "warmup_s": dict(zip(args.configs, slowest_untimed.tolist())),
+                "warmup_s": on_slowest_rank(untimed, args.configs, control),
                 "neighbour_work_per_s": rates if busy else None,
             }
         )
