@@ -90,9 +90,8 @@ class Options:
     # shares with it: beside one, fastcomm's DDP step of GPT-2 small was faster
     # than Gloo's with ranks unbound and slower with them bound, with the busy
     # process keeping more beside unbound ranks, and quiet steps no slower
-    # (benchmarks/real_models.py,
-    # whole jobs alternating between the two; benchmarks/peers/patterns.py --busy 1
-    # agrees). Waiters that find the rank they wait for on their own CPU yield it
+    # (benchmarks/real_models.py, whole jobs alternating between the two;
+    # benchmarks/peers/patterns.py --busy 1 agrees). Waiters that find the rank they wait for on their own CPU yield it
     # (Engine::missing_rank_shares_cpu, P2pChannels::peer_shares_cpu), which is
     # what binding prevents (docs/algorithms.md "Where ranks run").
     shm_bind_cpus: int = -1

@@ -53,8 +53,7 @@ class BackendObject(TorchDistributed):
 
     def __init__(self):
         self.backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-        self.blocking = dist.AllreduceOptions()
-        self.blocking.asyncOp = False  # waited for at once, as dist.all_reduce passes it
+        self.blocking = torch_ranks.blocking_allreduce_options()
 
     def all_reduce(self, buf):
         self.backend.allreduce([buf], self.blocking).wait()

@@ -1,6 +1,7 @@
 """What the torch.distributed workers (torch_worker.py, patterns_torch.py)
-share: their common flags, spawning the ranks over a file store, and the one
-line of results rank 0 prints before every rank leaves the group."""
+share: their common flags, spawning the ranks over a file store, the options
+of a blocking all_reduce on the backend object, and the one line of results
+rank 0 prints before every rank leaves the group."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ def spawn(rank_fn, args, prefix: str) -> None:
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         mp.spawn(rank_fn, args=(args, os.path.join(tmp, "store")), nprocs=args.nproc)
+
+
+def blocking_allreduce_options():
+    """AllreduceOptions of a call waited for at once (asyncOp false), as
+    dist.all_reduce passes them: the backend object then takes the path users'
+    blocking calls take."""
+    import torch.distributed as dist
+
+    options = dist.AllreduceOptions()
+    options.asyncOp = False
+    return options
 
 
 def report_and_leave(rank: int, out: dict) -> None:

@@ -94,8 +94,7 @@ def _rank(rank: int, args, store_path: str) -> None:
         elif args.api == "dist":
             op = lambda: dist.all_reduce(t)  # noqa: E731
         else:
-            blocking = dist.AllreduceOptions()
-            blocking.asyncOp = False  # waited for at once, as dist.all_reduce passes it
+            blocking = torch_ranks.blocking_allreduce_options()
             op = lambda: backend.allreduce([t], blocking).wait()  # noqa: E731
         for _ in range(args.warmup):
             op()
