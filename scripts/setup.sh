@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 venv=${FASTCOMM_VENV:-.venv}
 torch_req=${FASTCOMM_TORCH:-torch==2.13.0}
 python=${PYTHON:-python3}
-packages=("$torch_req" numpy pytest pytest-benchmark ninja setuptools wheel matplotlib)
+# setuptools 77 reads pyproject.toml's SPDX licence; named here because pip keeps
+# a venv's older setuptools where torch caps it (torch 2.11: setuptools<82).
+packages=("$torch_req" numpy pytest pytest-benchmark ninja "setuptools>=77" wheel matplotlib)
 logs=build/logs
 log_prefix=$logs/$(basename "$venv")
 mkdir -p "$logs"

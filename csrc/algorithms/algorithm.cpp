@@ -13,6 +13,17 @@ c10::intrusive_ptr<c10::ivalue::Future> new_tensor_list_future() {
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
 }
 
+// Every device any of `futures` holds values on, once each (none for CPU futures).
+std::vector<c10::Device> devices_of(const std::vector<c10::intrusive_ptr<c10::ivalue::Future>>& futures) {
+  std::vector<c10::Device> devices;
+  for (const auto& f : futures) {
+    for (const auto& d : f->devices()) {
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+    }
+  }
+  return devices;
+}
+
 }  // namespace
 
 Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::vector<at::Tensor> results) {
@@ -44,16 +55,26 @@ Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::
     for (auto& f : futures) list.push_back(f);
     all = c10::collectAll(list);
   }
-  out.future = all->then(
-      [futures, step = std::move(step), results = std::move(results)](c10::ivalue::Future& done) -> c10::IValue {
-        done.value();  // rethrows collectAll's own error
-        for (const auto& f : futures) {
-          if (f->hasError()) std::rethrow_exception(f->exception_ptr());
-        }
-        if (step) step();
-        return c10::IValue(results);
-      },
-      c10::ListType::ofTensors());
+  // The result carries the parts' devices, so on CUDA it records events for
+  // `results` and a Work::wait() makes the caller's stream wait for them.
+  // collectAll's future has no devices, so then() on it would drop every part's
+  // events: the callback makes the current streams wait for each part instead
+  // (Future::wait on a completed future), runs `step` on those streams and
+  // completes the result there.
+  auto chained = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), devices_of(futures));
+  all->addCallback([futures, step = std::move(step), results = std::move(results), chained](c10::ivalue::Future&) {
+    try {
+      for (const auto& f : futures) {
+        f->wait();  // completed: only orders the current streams after the part's CUDA events
+        if (f->hasError()) std::rethrow_exception(f->exception_ptr());
+      }
+      if (step) step();
+      chained->markCompleted(c10::IValue(results));
+    } catch (...) {
+      chained->setError(std::current_exception());
+    }
+  });
+  out.future = chained;
   return out;
 }
 

@@ -61,7 +61,7 @@ bool standard_in_place(const Collective& c, int rank) {
     case OpType::REDUCE_SCATTER:
     case OpType::SCATTER:
       return !c.input_lists.empty() && same_bytes(c.outputs[0], c.input_lists[0][rank]);
-    case OpType::REDUCE_SCATTER_TENSOR_COALESCED:
+    case kReduceScatterTensorCoalesced:
       for (size_t i = 0; i < c.outputs.size(); ++i) {
         if (!is_block(c.outputs[i], c.inputs[i], rank)) return false;
       }

@@ -31,7 +31,7 @@ class CoalescedViaFlatBuffer final : public Algorithm {
   bool accepts(const Collective& c) const override {
     using c10d::OpType;
     const bool coalesced = c.type == OpType::ALLREDUCE_COALESCED || c.type == OpType::ALLGATHER_COALESCED ||
-                           c.type == OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+                           c.type == kReduceScatterTensorCoalesced;
     return coalesced && !c.inputs.empty() && can_pack(c.device);
   }
 

@@ -1,6 +1,7 @@
 #include "algorithms/delegated.h"
 
 #include "core/errors.h"
+#include "core/names.h"
 #include "transport/shm/engine.h"
 
 namespace fastcomm {
@@ -79,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
       at::Tensor out = c.outputs[0].view(-1), in = c.inputs[0].view(-1);
       return backend._reduce_scatter_base(out, in, o);
     }
-    case OpType::REDUCE_SCATTER_TENSOR_COALESCED: {
+    case kReduceScatterTensorCoalesced: {
       c10d::ReduceScatterOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
@@ -107,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
       return backend.barrier(o);
     }
     default:
-      FC_CHECK(false, c.name, "op type ", c10d::opTypeToString(c.type), " cannot be delegated");
+      FC_CHECK(false, c.name, "op type ", op_type_name(static_cast<int>(c.type)), " cannot be delegated");
   }
 }
 

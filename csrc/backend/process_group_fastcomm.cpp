@@ -298,7 +298,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::_reduce_scatter_base(at::Te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  auto c = make(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "reduce_scatter_tensor_coalesced");
+  auto c = make(kReduceScatterTensorCoalesced, "reduce_scatter_tensor_coalesced");
   c.inputs = inputs;
   c.outputs = outputs;
   c.reduce_op = opts.reduceOp;

@@ -129,7 +129,7 @@ void check_shapes(const Collective& c, int rank, int n) {
         break;
       }
       [[fallthrough]];
-    case OpType::REDUCE_SCATTER_TENSOR_COALESCED: {
+    case kReduceScatterTensorCoalesced: {
       check_count(op, "outputs (one per input)", c.outputs.size(), c.inputs.size());
       const bool gather = c.type == OpType::ALLGATHER_COALESCED;
       for (size_t i = 0; i < c.inputs.size(); ++i) {

@@ -31,7 +31,14 @@ FastcommWork::FastcommWork(int rank, c10d::OpType type, const char* op_name, uin
 bool FastcommWork::isCompleted() {
   if (launched_.finished) return true;
   if (launched_.driver) return launched_.driver->isCompleted();
-  if (launched_.future) return launched_.future->completed();
+  if (launched_.future) {
+    if (!launched_.future->completed()) return false;
+    // A CPU future completes with the op (Gloo completes its own future before
+    // its work's flag: asking the works could say false after wait()). A CUDA
+    // future completes when the op is queued: the works underneath (NCCL's)
+    // say when the device has run it.
+    if (launched_.future->devices().empty()) return true;
+  }
   for (auto& w : launched_.works) {
     if (!w->isCompleted()) return false;
   }
@@ -77,6 +84,11 @@ bool FastcommWork::wait_future(std::chrono::milliseconds timeout) {
       throw_timeout(timeout);
     }
   }
+  // Completed, so this only makes the caller's current streams wait for the
+  // future's CUDA events (NCCL's, or those of fastcomm's kernels after it) and
+  // records its storages' use on them, as ProcessGroupNCCL's wait() does; CPU
+  // futures hold no events.
+  launched_.future->wait();
   if (launched_.future->hasError()) std::rethrow_exception(launched_.future->exception_ptr());
   return true;
 }
@@ -113,6 +125,10 @@ bool FastcommWork::wait(std::chrono::milliseconds timeout) {
 
 void FastcommWork::synchronize() {
   for (auto& w : launched_.works) w->synchronize();
+  // fastcomm's own kernels after the works (then_run's steps) ran on other
+  // streams: the current streams wait for them too. Never blocks the host: a
+  // future not yet completed has queued nothing on a device.
+  if (launched_.future && launched_.future->completed()) launched_.future->wait();
 }
 
 void FastcommWork::abort() {

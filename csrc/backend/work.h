@@ -4,6 +4,10 @@
 //  - wait(timeout) blocks until the collective is done or `timeout` (the op's
 //    or else the group's) passes; it rethrows the collective's error, and on
 //    timeout throws DistBackendError naming the op and sequence number.
+//    On CUDA it returns once the op is queued and makes the caller's current
+//    stream wait for it (NCCL's work and fastcomm's kernels around it), as
+//    ProcessGroupNCCL's wait() does; synchronize() does only that, and
+//    isCompleted() is true once the device has run the works underneath.
 //  - getFuture() completes with the output tensors (a list), which is what
 //    DDP's reducer and torch's comm hooks read. For ops that finished inside
 //    launch() (Launched::finished) it is made on first request. For p2p ops, whose delegated

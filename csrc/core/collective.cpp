@@ -37,7 +37,7 @@ bool Collective::is_reduction() const {
   using c10d::OpType;
   return type == OpType::ALLREDUCE || type == OpType::ALLREDUCE_COALESCED || type == OpType::REDUCE ||
          type == OpType::REDUCE_SCATTER || type == OpType::_REDUCE_SCATTER_BASE ||
-         type == OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+         type == kReduceScatterTensorCoalesced;
 }
 
 bool Collective::is_p2p() const {

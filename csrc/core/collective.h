@@ -12,7 +12,7 @@
 //   SCATTER: outputs = {output}, input_lists = {world_size inputs} on root, {} elsewhere
 //   REDUCE_SCATTER: outputs = {output}, input_lists = {world_size inputs}
 //   _REDUCE_SCATTER_BASE: inputs = {world_size * output}, outputs = {output}
-//   REDUCE_SCATTER_TENSOR_COALESCED: inputs[i] -> outputs[i]
+//   kReduceScatterTensorCoalesced (torch_compat.h): inputs[i] -> outputs[i]
 //   ALLTOALL_BASE: inputs = {input}, outputs = {output}, *_splits (dim-0 rows; empty = even)
 //   ALLTOALL: inputs = world_size tensors, outputs = world_size tensors
 //   BARRIER: no tensors
@@ -28,6 +28,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "core/torch_compat.h"
 
 namespace fastcomm {
 

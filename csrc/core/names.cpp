@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "core/torch_compat.h"
+
 namespace fastcomm {
 
 std::string reduce_op_name(int op) {
@@ -31,7 +33,9 @@ std::string reduce_op_name(int op) {
 }
 
 std::string op_type_name(int type) {
-  return c10d::opTypeToString(static_cast<c10d::OpType>(type));
+  const auto op = static_cast<c10d::OpType>(type);
+  if (op == kReduceScatterTensorCoalesced) return "REDUCE_SCATTER_TENSOR_COALESCED";  // unnamed in torch 2.11
+  return c10d::opTypeToString(op);
 }
 
 }  // namespace fastcomm

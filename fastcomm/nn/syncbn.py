@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fastcomm import _C
+from fastcomm._compat import batchnorm_has_bias_switch
 from fastcomm.nn._syncbn_function import SyncBatchNormFunction
 
 
@@ -44,8 +45,13 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         *,
         bias: bool = True,
     ) -> None:
+        switches = {"bias": bias} if batchnorm_has_bias_switch else {}
+        if affine and not bias and not batchnorm_has_bias_switch:
+            raise TypeError(
+                f"SyncBatchNorm: bias=False needs a torch whose BatchNorm takes it (torch {torch.__version__} has none)"
+            )
         super().__init__(
-            num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype, bias=bias
+            num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype, **switches
         )
         self.process_group = process_group
 

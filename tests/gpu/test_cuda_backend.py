@@ -70,3 +70,15 @@ def test_cuda_collectives_through_nccl(single_rank_group):
     c = torch.ones(4)
     dist.all_reduce(c)
     assert torch.equal(c, torch.ones(4))
+
+
+def test_pack_unpack_beyond_2_31_elements():
+    """Indexing past 2^31 elements, from an odd offset (the unaligned path)."""
+    big = torch.arange(256, dtype=torch.uint8, device="cuda").repeat((1 << 31) // 256 + 1)
+    small = torch.full((7,), 5, dtype=torch.uint8, device="cuda")
+    flat = _C.pack([small, big])
+    assert flat.numel() == big.numel() + 7
+    assert torch.equal(flat[:7], small) and torch.equal(flat[7:], big)
+    out = [torch.empty_like(small), torch.zeros_like(big)]
+    _C.unpack(flat, out)
+    assert torch.equal(out[0], small) and torch.equal(out[1], big)

@@ -45,7 +45,7 @@ PY_ALLOWED = {
     "_agreement": {"_options", "_rendezvous", "_shm"},
     "_backend": {"_C", "_agreement", "_gloo", "_shm", "_options", "_rendezvous"},
     "hooks": {"_C", "_compat", "hooks"},
-    "nn": {"_C", "nn"},
+    "nn": {"_C", "_compat", "nn"},
     "sync": {"_C", "_compat", "sync"},  # the hooks' kernels through torch.ops, not the hooks package
     "bench": {"bench", "__init__"},  # the CLI imports fastcomm itself to register the backend
     "doctor": {"__init__", "_C", "_compat", "_options", "_ptracer", "_shm", "_torch_check", "bench", "doctor"},

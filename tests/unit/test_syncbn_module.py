@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import fastcomm
+from fastcomm._compat import batchnorm_has_bias_switch
 from fastcomm.nn import SyncBatchNorm
 from fastcomm.nn._syncbn_function import SyncBatchNormFunction
 
@@ -87,6 +88,10 @@ def test_running_statistics(momentum):
 def test_variants_without_affine_or_tracking():
     x, dy = global_batch(6, (3, 4), torch.float32, seed=3)
     for kwargs in ({"affine": False}, {"track_running_stats": False}, {"bias": False}):
+        if "bias" in kwargs and not batchnorm_has_bias_switch:
+            with pytest.raises(TypeError, match="bias=False needs a torch whose BatchNorm takes it"):
+                SyncBatchNorm(3, **kwargs)
+            continue
         ours, ref = SyncBatchNorm(3, **kwargs), nn.BatchNorm1d(3, dtype=torch.float64, **kwargs)
         y, dx = forward_backward(ours, x, dy)
         y_ref, dx_ref = forward_backward(ref, x.double(), dy.double())
