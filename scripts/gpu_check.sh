@@ -15,22 +15,20 @@
 # Then one table: each step, its outcome and the seconds it took. Without a
 # GPU (or without nvcc, or with a CPU build of torch) every step that needs
 # one is reported as skipped and the script still runs to the end; a step that
-# can run and fails makes the exit status 1. Logs go to OUT_DIR (default
-# build/gpu_check).
+# can run and fails or outlasts its limit makes the exit status 1. Logs go to
+# OUT_DIR (default build/gpu_check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(mkdir -p "${1:-build/gpu_check}" && cd "${1:-build/gpu_check}" && pwd)
 python=${PYTHON:-python3}
 if ! "$python" -c "import torch" 2>/dev/null && [[ -x .venv/bin/python ]]; then
-  python=.venv/bin/python  # a developer's machine: the README's environment
+  python=$PWD/.venv/bin/python  # a developer's machine: the README's environment
 fi
 sanitizer_limit=${FASTCOMM_SANITIZER_SECONDS:-240}
 
 rows=()
-failed=0
 record() {  # step, outcome, seconds, detail
   rows+=("$(printf '%-12s %-8s %6s  %s' "$1" "$2" "$3" "$4")")
-  [[ $2 == failed ]] && failed=1
 }
 
 # pytest's summary line ("3 passed, 2 skipped in 1.2s") from a log, without the time.
@@ -38,19 +36,21 @@ summary_of() {
   grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$1" | tail -n 1 | sed -E 's/=+//g; s/ in [0-9.]+s.*//; s/^ +//'
 }
 
-run_step() {  # name, log file, then the command: records passed/failed with the seconds and pytest's summary
-  local name=$1 log=$2 start=$SECONDS
+run_step() {  # name, log file, then the command: records its outcome with the seconds and pytest's summary
+  local name=$1 log=$2 start=$SECONDS rc=0 summary
   shift 2
-  if "$@" >"$log" 2>&1; then
-    local summary
-    summary=$(summary_of "$log")
-    if [[ $summary =~ ^[0-9]+\ skipped ]]; then  # pytest ran and every test skipped itself (no GPU)
-      record "$name" skipped $((SECONDS - start)) "$summary"
-    else
-      record "$name" passed $((SECONDS - start)) "$summary"
-    fi
+  "$@" >"$log" 2>&1 || rc=$?
+  summary=$(summary_of "$log")
+  if [[ $rc == 0 && $summary =~ ^[0-9]+\ skipped ]]; then  # pytest ran and every test skipped itself (no GPU)
+    record "$name" skipped $((SECONDS - start)) "$summary"
+  elif [[ $rc == 0 ]]; then
+    record "$name" passed $((SECONDS - start)) "$summary"
+  elif grep -q "Device not supported" "$log"; then  # compute-sanitizer on the H200 (gVisor) machines
+    record "$name" skipped $((SECONDS - start)) "compute-sanitizer does not support this device"
+  elif [[ $rc == 124 ]]; then
+    record "$name" timeout $((SECONDS - start)) "$summary (stopped at its limit; log: $log)"
   else
-    record "$name" failed $((SECONDS - start)) "$(summary_of "$log") (log: $log)"
+    record "$name" failed $((SECONDS - start)) "$summary (exit $rc; log: $log)"
   fi
 }
 
@@ -71,6 +71,12 @@ if [[ -z $gpu ]]; then
   record build skipped 0 "no CUDA device visible"
 elif [[ -z $torch_cuda || -z $nvcc ]]; then
   record build skipped 0 "needs a CUDA build of torch and nvcc"
+elif ! "$python" -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 77)"; then
+  record build failed 0 "setuptools 77 or newer is needed (pyproject.toml's licence): carry its wheel"
+  gpu=""
+elif [[ $("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p') != "${torch_cuda%%.*}" ]]; then
+  record build failed 0 "nvcc's CUDA major version is not torch's (CUDA $torch_cuda)"
+  gpu=""
 else
   start=$SECONDS
   if FASTCOMM_CUDA=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-${gpu%% *}} MAX_JOBS=${MAX_JOBS:-$(nproc)} \
@@ -101,9 +107,6 @@ for tool in memcheck racecheck; do
     # The caching allocator hides out-of-bounds accesses inside its blocks from memcheck.
     run_step "$tool" "$out/$tool.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$sanitizer_limit" \
       compute-sanitizer --tool "$tool" --error-exitcode 86 "${pytest[@]}" -x "${kernel_tests[@]}"
-    if grep -q "Device not supported" "$out/$tool.log"; then
-      rows[-1]="$(printf '%-12s %-8s %6s  %s' "$tool" skipped 0 "compute-sanitizer does not support this device")"
-    fi
   fi
 done
 
@@ -126,4 +129,5 @@ if [[ -s $out/benchmarks.log ]]; then
   echo
   cat "$out/benchmarks.log"
 fi
-exit $failed
+printf '%s\n' "${rows[@]}" | grep -qE '^[^ ]+ +(failed|timeout) ' && exit 1
+exit 0

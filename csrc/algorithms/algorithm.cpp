@@ -1,9 +1,12 @@
 #include "algorithms/algorithm.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include <ATen/core/jit_type.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace fastcomm {
 
@@ -22,6 +25,13 @@ std::vector<c10::Device> devices_of(const std::vector<c10::intrusive_ptr<c10::iv
     }
   }
   return devices;
+}
+
+// A stream of the pool on each of `devices`, as Future::then's callbacks run on.
+std::vector<c10::Stream> pool_streams(const std::vector<c10::Device>& devices) {
+  std::vector<c10::Stream> streams;
+  for (const auto& d : devices) streams.push_back(c10::impl::VirtualGuardImpl(d.type()).getStreamFromGlobalPool(d));
+  return streams;
 }
 
 }  // namespace
@@ -57,21 +67,35 @@ Launched then_run(std::vector<Launched> parts, std::function<void()> step, std::
   }
   // The result carries the parts' devices, so on CUDA it records events for
   // `results` and a Work::wait() makes the caller's stream wait for them.
-  // collectAll's future has no devices, so then() on it would drop every part's
-  // events: the callback makes the current streams wait for each part instead
-  // (Future::wait on a completed future), runs `step` on those streams and
+  // collectAll's future has no devices, so then() on it would drop every
+  // part's events: the callback does what Future::then does for a CUDA future
+  // itself. It works on streams of the pool (never the caller's: work queued
+  // after an async op must not wait for it), makes them wait for each part
+  // (Future::wait on a completed future, which also records the parts' tensors,
+  // the staged copies `step` reads, as used on them), runs `step` there and
   // completes the result there.
   auto chained = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), devices_of(futures));
-  all->addCallback([futures, step = std::move(step), results = std::move(results), chained](c10::ivalue::Future&) {
+  all->addCallback([futures, step = std::move(step), results = std::move(results), chained](c10::ivalue::Future& done) {
+    if (done.hasError()) {  // collectAll fails at the first failed part, while others may still run
+      chained->setError(done.exception_ptr());
+      return;
+    }
+    std::optional<c10::MultiStreamGuard> on_pool_streams;
+    if (!chained->devices().empty()) on_pool_streams.emplace(pool_streams(chained->devices()));
+    std::exception_ptr error;
     try {
       for (const auto& f : futures) {
-        f->wait();  // completed: only orders the current streams after the part's CUDA events
+        f->wait();  // every part has completed: this only orders the current streams
         if (f->hasError()) std::rethrow_exception(f->exception_ptr());
       }
       if (step) step();
-      chained->markCompleted(c10::IValue(results));
     } catch (...) {
-      chained->setError(std::current_exception());
+      error = std::current_exception();
+    }
+    if (error) {
+      chained->setError(error);
+    } else {
+      chained->markCompleted(c10::IValue(results));  // records its events on the pool streams
     }
   });
   out.future = chained;

@@ -77,17 +77,23 @@ void FastcommWork::throw_timeout(std::chrono::milliseconds timeout) const {
                          "); a peer has not joined this collective or died");
 }
 
-bool FastcommWork::wait_future(std::chrono::milliseconds timeout) {
+bool FastcommWork::wait_future(std::chrono::milliseconds timeout, std::chrono::milliseconds callers_timeout) {
   if (!launched_.future->completed()) {
     std::unique_lock<std::mutex> lock(completion_->mutex);
     if (!completion_->cv.wait_for(lock, timeout, [this] { return completion_->done; })) {
       throw_timeout(timeout);
     }
   }
-  // Completed, so this only makes the caller's current streams wait for the
-  // future's CUDA events (NCCL's, or those of fastcomm's kernels after it) and
-  // records its storages' use on them, as ProcessGroupNCCL's wait() does; CPU
-  // futures hold no events.
+  // On CUDA, the works underneath are NCCL's: their wait() makes the current
+  // stream wait for NCCL and raises NCCL's errors, as a wait on
+  // ProcessGroupNCCL's own work would. They get the caller's timeout only:
+  // given one, NCCL's wait blocks the host until the device is done.
+  // Then, the future being completed, wait() only makes the current streams
+  // wait for its CUDA events (those of fastcomm's kernels after NCCL) and
+  // records its tensors' use on them. CPU futures hold no events.
+  if (!launched_.future->devices().empty()) {
+    for (auto& w : launched_.works) w->wait(callers_timeout);
+  }
   launched_.future->wait();
   if (launched_.future->hasError()) std::rethrow_exception(launched_.future->exception_ptr());
   return true;
@@ -120,7 +126,7 @@ bool FastcommWork::wait(std::chrono::milliseconds timeout) {
   constexpr std::chrono::milliseconds kSelfTimedGrace(1000);
   const auto limit = timeout != kNoTimeout ? timeout : launched_.self_timed ? timeout_ + kSelfTimedGrace : timeout_;
   if (launched_.driver) return launched_.driver->wait(limit);
-  return launched_.future ? wait_future(limit) : wait_works(limit);
+  return launched_.future ? wait_future(limit, timeout) : wait_works(limit);
 }
 
 void FastcommWork::synchronize() {

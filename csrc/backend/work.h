@@ -56,7 +56,9 @@ class FastcommWork final : public c10d::Work {
     bool done = false;
   };
 
-  bool wait_future(std::chrono::milliseconds timeout);
+  // `timeout`: how long to wait for the future; `callers_timeout`: what the
+  // caller passed (kNoTimeout when nothing), for NCCL's works.
+  bool wait_future(std::chrono::milliseconds timeout, std::chrono::milliseconds callers_timeout);
   bool wait_works(std::chrono::milliseconds timeout);
   [[noreturn]] void throw_timeout(std::chrono::milliseconds timeout) const;
 

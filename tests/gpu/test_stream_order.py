@@ -1,25 +1,25 @@
 """Stream ordering of the CUDA path (skipped without a GPU).
 
 ProcessGroupNCCL's contract, which fastcomm's CUDA path must keep: a
-collective's work waits for what the caller queued before the call, and once
-`Work.wait()` returns (or a synchronous call returns) the caller's current
-stream waits for the collective, fastcomm's kernels around NCCL included; the
+collective's work waits for what the caller queued before the call; once
+`Work.wait()` returns the caller's current stream waits for the collective,
+fastcomm's kernels around NCCL included; `synchronize()` does the same; the
 future's `then()` callbacks (DDP's hooks) see the results.
 
-A one-rank group changes no data, so the probes watch the order of writes:
-
-- async + wait: the op is queued on a side stream behind a long
-  `torch.cuda._sleep`; `wait()` is called on the default stream, which then
-  zeroes the op's output. If wait() ordered nothing, the zeroing runs at once
-  and the op's late write (NCCL's, or fastcomm's copy back after it) lands
-  after it: the output is not zero. Deterministic: the sleep is ~0.1 s.
-- synchronous: the call and the zeroing share the caller's stream; an
-  unordered late write races the zeroing, so these probes catch a missing wait
-  with high probability rather than always (large tensors widen the window).
+A one-rank group changes no data, so each probe queues the op on a side stream
+behind a long `torch.cuda._sleep`, and writes the op's input there after the
+sleep (7 where it held 3). The caller's stream then waits (or a callback runs)
+and copies the op's output at once. Ordered, the copy holds 7; unordered, it
+runs during the sleep and holds the old contents. Every group first runs one
+collective and synchronises, so NCCL's set-up never outlasts the sleep.
 
 Each op is taken through the paths fastcomm adds around NCCL: direct
-delegation, contiguous staging (non-contiguous tensors), int16 widened to
-int32, and coalescing into flat buffers (mixed dtypes: several parts).
+delegation, contiguous staging (non-contiguous tensors, copied back after
+NCCL), int16 widened to int32 (narrowed back after NCCL) and coalescing into
+flat buffers (mixed dtypes: several NCCL calls, unpacked after them). Where
+fastcomm's kernel after NCCL is what the copy must wait for, an ordering that
+covered NCCL alone races with that kernel; the outputs are large and the copy
+reads all of them to make that race show.
 """
 
 import datetime
@@ -35,8 +35,9 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA device and fastcomm built with its CUDA kernels",
 )
 
-SLEEP_CYCLES = 200_000_000  # ~0.1 s at the H100's clocks: far longer than any op below
+SLEEP_CYCLES = 1_000_000_000  # ~0.5 s at the H100's clocks: far longer than any op below or its launch
 ELEMENTS = 1 << 22
+OLD, NEW = 3, 7
 
 
 @pytest.fixture
@@ -44,139 +45,134 @@ def group():
     dist.init_process_group(
         "fastcomm", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60)
     )
+    warm = torch.ones(1, device="cuda")
+    dist.all_reduce(warm)  # NCCL's communicator is made here, not behind a probe's sleep
+    torch.cuda.synchronize()
     yield fastcomm.fastcomm_backend()
     dist.destroy_process_group()
 
 
-def _filled(dtype, value=3, n=ELEMENTS):
+def _full(dtype, n=ELEMENTS, value=OLD):
     return torch.full((n,), value, dtype=dtype, device="cuda")
 
 
-def _non_contiguous(dtype):
-    return torch.full((ELEMENTS, 2), 3, dtype=dtype, device="cuda")[:, 0]
+def _non_contiguous(dtype, value=OLD):
+    return torch.full((ELEMENTS, 2), value, dtype=dtype, device="cuda")[:, 0]
 
 
-# Each case: (name, make the tensors, launch(tensors, async_op) -> work, the tensors the op writes)
-def _all_reduce(make):
+# Each case makes its tensors and returns (inputs, outputs, launch(async_op) -> work): the probe
+# writes NEW into the inputs after the sleep, and expects NEW in every output.
+def _in_place(make):
     def case():
         t = make()
-        return [t], lambda async_op: dist.all_reduce(t, async_op=async_op)
+        return [t], [t], lambda async_op: dist.all_reduce(t, async_op=async_op)
 
     return case
 
 
-def _all_gather():
-    x, out = _filled(torch.float32), torch.zeros(ELEMENTS, device="cuda")
-    return [out], lambda async_op: dist.all_gather_into_tensor(out, x, async_op=async_op)
+def _all_gather(output):
+    def case():
+        x, out = _full(torch.float32), output()
+        return [x], [out], lambda async_op: dist.all_gather_into_tensor(out, x, async_op=async_op)
+
+    return case
 
 
 def _broadcast_non_contiguous():
     t = _non_contiguous(torch.float32)
-    return [t], lambda async_op: dist.broadcast(t, 0, async_op=async_op)
+    return [t], [t], lambda async_op: dist.broadcast(t, 0, async_op=async_op)
 
 
-def _coalesced_mixed_dtypes():
-    tensors = [_filled(torch.float32), _filled(torch.float16, n=ELEMENTS // 2 + 3), _filled(torch.int32, n=1000)]
+def _coalesced_all_reduce():
+    tensors = [_full(torch.float32), _full(torch.float16, n=ELEMENTS // 2 + 3), _full(torch.int32, n=1000)]
 
     def launch(async_op):
         with dist._coalescing_manager(async_ops=True) as cm:
             for t in tensors:
                 dist.all_reduce(t)
-        if async_op:
-            return cm
-        cm.wait()
-        return None
+        return cm
 
-    return tensors, launch
+    return tensors, tensors, launch
 
 
-# (A plain in-place all_reduce is not among them: at one rank NCCL writes nothing.)
+def _coalesced_all_gather():
+    inputs = [_full(torch.float32), _full(torch.float16, n=ELEMENTS // 2 + 3)]
+    outputs = [torch.zeros_like(x) for x in inputs]
+
+    def launch(async_op):
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for out, x in zip(outputs, inputs):
+                dist.all_gather_into_tensor(out, x)
+        return cm
+
+    return inputs, outputs, launch
+
+
 CASES = {
-    "all_reduce_non_contiguous": _all_reduce(lambda: _non_contiguous(torch.float32)),
-    "all_reduce_int16": _all_reduce(lambda: _filled(torch.int16)),
-    "all_gather_into_tensor": _all_gather,
+    "all_reduce": _in_place(lambda: _full(torch.float32)),
+    "all_reduce_non_contiguous": _in_place(lambda: _non_contiguous(torch.float32)),
+    "all_reduce_int16": _in_place(lambda: _full(torch.int16)),
+    "all_gather_into_tensor": _all_gather(lambda: torch.zeros(ELEMENTS, device="cuda")),
+    "all_gather_non_contiguous_output": _all_gather(lambda: _non_contiguous(torch.float32, value=0)),
     "broadcast_non_contiguous": _broadcast_non_contiguous,
-    "coalesced_mixed_dtypes": _coalesced_mixed_dtypes,
+    "coalesced_all_reduce_mixed_dtypes": _coalesced_all_reduce,
+    "coalesced_all_gather_mixed_dtypes": _coalesced_all_gather,
 }
+# The cases a future callback can read: one work with one future (the coalescing manager's has none).
+FUTURE_CASES = [name for name in CASES if not name.startswith("coalesced")]
+
+
+def _launch_behind_a_sleep(case):
+    """The case's op queued on a side stream after a long sleep and after NEW is
+    written into its inputs; returns (outputs, work)."""
+    inputs, outputs, launch = CASES[case]()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        for t in inputs:
+            t.fill_(NEW)
+        work = launch(True)
+    return outputs, work
+
+
+def _assert_new(copies, case, what):
+    torch.cuda.synchronize()
+    for i, copy in enumerate(copies):
+        wrong = int((copy != NEW).sum())
+        assert wrong == 0, f"{case}: output {i} read before the op ended ({what}): {wrong} of {copy.numel()} elements"
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_wait_orders_the_waiting_stream(group, case):
-    written, launch = CASES[case]()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        work = launch(True)
-    work.wait()  # on the default stream: it must now wait for the op
-    for t in written:
-        t.zero_()
-    torch.cuda.synchronize()
-    for t in written:
-        assert int(t.count_nonzero()) == 0, f"{case}: the op wrote after wait() returned"
+    outputs, work = _launch_behind_a_sleep(case)
+    work.wait()  # on the default stream, which must now wait for the op
+    _assert_new([t.clone() for t in outputs], case, "after wait()")
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_synchronous_call_orders_the_callers_stream(group, case):
-    for _ in range(5):  # a race: repeat to make a missing order show
-        written, launch = CASES[case]()
-        torch.cuda.synchronize()
-        launch(False)
-        for t in written:
-            t.zero_()
-        torch.cuda.synchronize()
-        for t in written:
-            assert int(t.count_nonzero()) == 0, f"{case}: the op wrote after the synchronous call returned"
-
-
-@pytest.mark.parametrize("case", ["all_reduce_int16", "all_reduce_non_contiguous", "all_gather_into_tensor"])
+@pytest.mark.parametrize("case", FUTURE_CASES)
 def test_future_callbacks_are_ordered_after_the_op(group, case):
     """DDP's hooks chain then() on the work's future: the callback's stream must
-    wait for the op (here the callback zeroes the results, so a late write of
-    the op shows), and a wait() on the chained future orders the caller's."""
-    written, launch = CASES[case]()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        work = launch(True)
+    wait for the op, and a wait() on the chained future orders the caller's."""
+    outputs, work = _launch_behind_a_sleep(case)
+    copies = work.get_future().then(lambda fut: [t.clone() for t in outputs]).wait()
+    _assert_new(copies, case, "in a then() callback")
 
-    def zero_results(fut):
-        for t in fut.value():
-            t.zero_()
-        return fut.value()
 
-    work.get_future().then(zero_results).wait()
-    torch.cuda.synchronize()
-    for t in written:
-        assert int(t.count_nonzero()) == 0, f"{case}: the callback ran before the op's last write"
+@pytest.mark.parametrize("case", ["all_reduce", "all_reduce_non_contiguous"])
+def test_synchronize_orders_the_current_stream(group, case):
+    outputs, work = _launch_behind_a_sleep(case)
+    work.synchronize()
+    _assert_new([t.clone() for t in outputs], case, "after synchronize()")
 
 
 def test_is_completed_follows_the_device(group):
-    t = _filled(torch.float32)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(SLEEP_CYCLES)
-    work = dist.all_reduce(t, async_op=True)
+    outputs, work = _launch_behind_a_sleep("all_reduce")
     assert not work.is_completed(), "is_completed() was true while the op still waited behind the sleep"
     work.wait()
     torch.cuda.synchronize()
     assert work.is_completed()
-
-
-def test_synchronize_orders_the_current_stream(group):
-    t = _non_contiguous(torch.float32)  # staged: fastcomm copies back after NCCL
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        work = dist.all_reduce(t, async_op=True)
-    work.synchronize()
-    t.zero_()
-    torch.cuda.synchronize()
-    assert int(t.count_nonzero()) == 0
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="point-to-point on CUDA needs two GPUs (one rank each)")
