@@ -8,18 +8,21 @@ future's `then()` callbacks (DDP's hooks) see the results.
 
 A one-rank group changes no data, so each probe queues the op on a side stream
 behind a long `torch.cuda._sleep`, and writes the op's input there after the
-sleep (7 where it held 3). The caller's stream then waits (or a callback runs)
-and copies the op's output at once. Ordered, the copy holds 7; unordered, it
-runs during the sleep and holds the old contents. Every group first runs one
-collective and synchronises, so NCCL's set-up never outlasts the sleep.
+sleep (NEW where it held OLD). The caller's stream then waits (or a callback
+runs) and copies the op's outputs at once, then writes a sentinel into them.
+Ordered, the copies hold NEW and the sentinel stays; with no ordering at all
+the copies run during the sleep and hold the old contents (deterministic: the
+sleep is ~0.5 s). Where fastcomm's own kernel runs after NCCL (a copy back,
+an unpack), an ordering that covered NCCL alone lets that kernel race the
+copies and the sentinel: the outputs are large so the race shows, but a race
+is what it is. Every group first runs one collective and synchronises, so
+NCCL's set-up never outlasts the sleep.
 
 Each op is taken through the paths fastcomm adds around NCCL: direct
 delegation, contiguous staging (non-contiguous tensors, copied back after
 NCCL), int16 widened to int32 (narrowed back after NCCL) and coalescing into
-flat buffers (mixed dtypes: several NCCL calls, unpacked after them). Where
-fastcomm's kernel after NCCL is what the copy must wait for, an ordering that
-covered NCCL alone races with that kernel; the outputs are large and the copy
-reads all of them to make that race show.
+flat buffers (mixed dtypes: one NCCL call per dtype, unpacked after them all:
+the chained future of several parts).
 """
 
 import datetime
@@ -37,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 
 SLEEP_CYCLES = 1_000_000_000  # ~0.5 s at the H100's clocks: far longer than any op below or its launch
 ELEMENTS = 1 << 22
-OLD, NEW = 3, 7
+OLD, NEW, SENTINEL = 3, 7, 5
 
 
 @pytest.fixture
@@ -87,10 +90,8 @@ def _coalesced_all_reduce():
     tensors = [_full(torch.float32), _full(torch.float16, n=ELEMENTS // 2 + 3), _full(torch.int32, n=1000)]
 
     def launch(async_op):
-        with dist._coalescing_manager(async_ops=True) as cm:
-            for t in tensors:
-                dist.all_reduce(t)
-        return cm
+        # What _coalescing_manager calls at its exit; here its work (and future) is the probe's.
+        return dist.group.WORLD.allreduce_coalesced(tensors, dist.AllreduceCoalescedOptions())
 
     return tensors, tensors, launch
 
@@ -119,7 +120,7 @@ CASES = {
     "coalesced_all_gather_mixed_dtypes": _coalesced_all_gather,
 }
 # The cases a future callback can read: one work with one future (the coalescing manager's has none).
-FUTURE_CASES = [name for name in CASES if not name.startswith("coalesced")]
+FUTURE_CASES = [name for name in CASES if name != "coalesced_all_gather_mixed_dtypes"]
 
 
 def _launch_behind_a_sleep(case):
@@ -137,18 +138,31 @@ def _launch_behind_a_sleep(case):
     return outputs, work
 
 
-def _assert_new(copies, case, what):
+def _copy_then_overwrite(outputs):
+    """On the current stream: copies of `outputs`, then SENTINEL written into them."""
+    copies = [t.clone() for t in outputs]
+    for t in outputs:
+        t.fill_(SENTINEL)
+    return copies
+
+
+def _assert_ordered(copies, outputs, case, what):
     torch.cuda.synchronize()
     for i, copy in enumerate(copies):
         wrong = int((copy != NEW).sum())
         assert wrong == 0, f"{case}: output {i} read before the op ended ({what}): {wrong} of {copy.numel()} elements"
+    for i, t in enumerate(outputs):
+        wrong = int((t != SENTINEL).sum())
+        assert wrong == 0, (
+            f"{case}: the op wrote output {i} after it was read ({what}): {wrong} of {t.numel()} elements"
+        )
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_wait_orders_the_waiting_stream(group, case):
     outputs, work = _launch_behind_a_sleep(case)
     work.wait()  # on the default stream, which must now wait for the op
-    _assert_new([t.clone() for t in outputs], case, "after wait()")
+    _assert_ordered(_copy_then_overwrite(outputs), outputs, case, "after wait()")
 
 
 @pytest.mark.parametrize("case", FUTURE_CASES)
@@ -156,15 +170,15 @@ def test_future_callbacks_are_ordered_after_the_op(group, case):
     """DDP's hooks chain then() on the work's future: the callback's stream must
     wait for the op, and a wait() on the chained future orders the caller's."""
     outputs, work = _launch_behind_a_sleep(case)
-    copies = work.get_future().then(lambda fut: [t.clone() for t in outputs]).wait()
-    _assert_new(copies, case, "in a then() callback")
+    copies = work.get_future().then(lambda fut: _copy_then_overwrite(outputs)).wait()
+    _assert_ordered(copies, outputs, case, "in a then() callback")
 
 
 @pytest.mark.parametrize("case", ["all_reduce", "all_reduce_non_contiguous"])
 def test_synchronize_orders_the_current_stream(group, case):
     outputs, work = _launch_behind_a_sleep(case)
     work.synchronize()
-    _assert_new([t.clone() for t in outputs], case, "after synchronize()")
+    _assert_ordered(_copy_then_overwrite(outputs), outputs, case, "after synchronize()")
 
 
 def test_is_completed_follows_the_device(group):
