@@ -46,8 +46,10 @@ def test_torch_range_is_the_one_ci_tests():
     requirements = {Requirement(r).name: Requirement(r) for r in PROJECT["project"]["dependencies"]}
     assert set(requirements) == {"torch", "numpy"}
     ci = re.findall(r"FASTCOMM_TORCH=torch==([\d.]+)", (ROOT / "scripts" / "test.sh").read_text())
-    assert ci == ["2.13.0", "2.14.1"]
-    assert all(requirements["torch"].specifier.contains(v) for v in ci)
+    # The third build is a check for the GPU machines' torch (installed there with --no-deps), not a
+    # release the package asks pip for.
+    assert ci == ["2.13.0", "2.14.1", "2.11.0"]
+    assert all(requirements["torch"].specifier.contains(v) for v in ci[:2])
     assert not requirements["torch"].specifier.contains("2.12.0")
     assert not requirements["torch"].specifier.contains("2.15.0")
 
