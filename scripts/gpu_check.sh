@@ -36,8 +36,9 @@ deadline=$((SECONDS + ${FASTCOMM_GPU_CHECK_SECONDS:-540}))
 declare -A limit=([build]=240 [probes]=120 [tests]=180 [memcheck]=90 [racecheck]=90 [benchmarks]=90)
 
 rows=()
+row_format='%-12s %-8s %6s  %s'  # step, outcome, seconds, detail
 record() {  # step, outcome, seconds, detail
-  rows+=("$(printf '%-12s %-8s %6s  %s' "$1" "$2" "$3" "$4")")
+  rows+=("$(printf "$row_format" "$1" "$2" "$3" "$4")")
   echo "${rows[-1]}"
 }
 
@@ -110,7 +111,7 @@ nvcc=$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local
 sanitizer=$(command -v compute-sanitizer ||
   { [[ -x /usr/local/cuda/bin/compute-sanitizer ]] && echo /usr/local/cuda/bin/compute-sanitizer; })
 echo "== python: $python (torch ${torch_version:-missing}, CUDA ${torch_cuda:-none}); GPU: ${gpu:-none}; nvcc: ${nvcc:-none}"
-printf '%-12s %-8s %6s  %s\n' step outcome s detail
+printf "$row_format\n" step outcome s detail
 
 # 1. build
 if [[ -z $gpu ]]; then
@@ -163,7 +164,7 @@ else
 fi
 
 echo
-printf '%-12s %-8s %6s  %s\n' step outcome s detail
+printf "$row_format\n" step outcome s detail
 printf '%s\n' "${rows[@]}"
 if [[ -s $out/benchmarks.log ]]; then
   echo
