@@ -113,18 +113,22 @@ def cases():
             4 * n + n // 4,
         ),
     }
+    # ResNet-like shapes, plus few channels on large planes (a channel's rows split over blocks)
+    # and many channels on small planes (planes shorter than a block).
+    shapes = [(32, 64, 56, 56), (32, 256, 56, 56), (16, 16, 112, 112), (256, 512, 7, 7)]
     for layout in ("NCHW", "channels-last"):
-        for channels in (64, 256):
-            x = torch.randn(32, channels, 56, 56, device="cuda")
+        for shape in shapes:
+            channels = shape[1]
+            x = torch.randn(*shape, device="cuda")
             if layout == "channels-last":
                 x = x.contiguous(memory_format=torch.channels_last)
             mean, invstd = torch.zeros(channels, device="cuda"), torch.ones(channels, device="cuda")
-            table[f"syncbn stats {layout} C={channels} vs batch_norm_stats"] = (
+            table[f"syncbn stats {layout} {tuple(shape)} vs batch_norm_stats"] = (
                 lambda x=x: ops.syncbn_local_stats(x),
                 lambda x=x: torch.batch_norm_stats(x, 1e-5),
                 4 * x.numel(),
             )
-            table[f"syncbn normalize {layout} C={channels} vs batch_norm_elemt"] = (
+            table[f"syncbn normalize {layout} {tuple(shape)} vs batch_norm_elemt"] = (
                 lambda x=x, mean=mean, invstd=invstd: ops.syncbn_normalize(x, mean, invstd, None, None),
                 lambda x=x, mean=mean, invstd=invstd: torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5),
                 8 * x.numel(),

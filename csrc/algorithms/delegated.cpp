@@ -6,27 +6,28 @@
 
 namespace fastcomm {
 
-namespace {
-
-c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
+c10::intrusive_ptr<c10d::Work> call_backend(c10d::Backend& backend, Collective& c) {
   using c10d::OpType;
   switch (c.type) {
     case OpType::BROADCAST: {
       c10d::BroadcastOptions o;
       o.rootRank = c.peer;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.broadcast(c.inputs, o);
     }
     case OpType::ALLREDUCE: {
       c10d::AllreduceOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.allreduce(c.inputs, o);
     }
     case OpType::ALLREDUCE_COALESCED: {
       c10d::AllreduceCoalescedOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.allreduce_coalesced(c.inputs, o);
     }
     case OpType::REDUCE: {
@@ -34,16 +35,19 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
       o.reduceOp = c.reduce_op;
       o.rootRank = c.peer;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.reduce(c.inputs, o);
     }
     case OpType::ALLGATHER: {
       c10d::AllgatherOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.allgather(c.output_lists, c.inputs, o);
     }
     case OpType::_ALLGATHER_BASE: {
       c10d::AllgatherOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       // Flat views: Gloo insists the output be (world_size * dim0, ...) shaped;
       // fastcomm also accepts (world_size, *input.shape) as NCCL does.
       at::Tensor out = c.outputs[0].view(-1), in = c.inputs[0].view(-1);
@@ -52,6 +56,7 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
     case OpType::ALLGATHER_COALESCED: {
       c10d::AllgatherOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       if (!c.output_lists.empty()) return backend.allgather_coalesced(c.output_lists, c.inputs, o);
       return backend.allgather_into_tensor_coalesced(c.outputs, c.inputs, o);
     }
@@ -59,24 +64,28 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
       c10d::GatherOptions o;
       o.rootRank = c.peer;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.gather(c.output_lists, c.inputs, o);
     }
     case OpType::SCATTER: {
       c10d::ScatterOptions o;
       o.rootRank = c.peer;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.scatter(c.outputs, c.input_lists, o);
     }
     case OpType::REDUCE_SCATTER: {
       c10d::ReduceScatterOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.reduce_scatter(c.outputs, c.input_lists, o);
     }
     case OpType::_REDUCE_SCATTER_BASE: {
       c10d::ReduceScatterOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       at::Tensor out = c.outputs[0].view(-1), in = c.inputs[0].view(-1);
       return backend._reduce_scatter_base(out, in, o);
     }
@@ -84,16 +93,19 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
       c10d::ReduceScatterOptions o;
       o.reduceOp = c.reduce_op;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.reduce_scatter_tensor_coalesced(c.outputs, c.inputs, o);
     }
     case OpType::ALLTOALL_BASE: {
       c10d::AllToAllOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.alltoall_base(c.outputs[0], c.inputs[0], c.output_splits, c.input_splits, o);
     }
     case OpType::ALLTOALL: {
       c10d::AllToAllOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.alltoall(c.outputs, c.inputs, o);
     }
     case OpType::SEND:
@@ -105,6 +117,7 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
     case OpType::BARRIER: {
       c10d::BarrierOptions o;
       o.timeout = c.timeout;
+      o.asyncOp = !c.blocking;
       return backend.barrier(o);
     }
     default:
@@ -112,10 +125,8 @@ c10::intrusive_ptr<c10d::Work> start(c10d::Backend& backend, Collective& c) {
   }
 }
 
-}  // namespace
-
 Launched delegate(c10d::Backend& backend, Collective& c) {
-  c10::intrusive_ptr<c10d::Work> work = start(backend, c);
+  c10::intrusive_ptr<c10d::Work> work = call_backend(backend, c);
   Launched out;
   out.works.push_back(work);
   if (c.is_p2p()) return out;  // Gloo's send/recv works have no future

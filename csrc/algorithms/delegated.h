@@ -24,6 +24,11 @@ namespace fastcomm {
 std::unique_ptr<Algorithm> make_delegated(std::string name, c10::DeviceType device,
                                           c10::intrusive_ptr<c10d::Backend> backend, std::shared_ptr<CallCheck> check);
 
+// Calls `backend`'s method for `c` with c's options (torch's asyncOp from
+// c.blocking) and returns its work unchanged: null where the backend returns
+// none (NCCL's calls inside a coalescing block).
+c10::intrusive_ptr<c10d::Work> call_backend(c10d::Backend& backend, Collective& c);
+
 // Hands `c` to `backend` now: the work's future, completed with c's results
 // (none for p2p, whose works are waited directly).
 Launched delegate(c10d::Backend& backend, Collective& c);

@@ -26,6 +26,10 @@ Launched Dispatcher::launch(Collective& c) {
   return chosen.algorithm->launch(c, *this);
 }
 
+const char* Dispatcher::chosen_name(const Collective& c) const {
+  return choose(c).algorithm->name();
+}
+
 std::vector<std::string> Dispatcher::names() const {
   std::vector<std::string> out;
   for (const auto& registered : algorithms_) out.emplace_back(registered->algorithm->name());

@@ -21,6 +21,9 @@ class Dispatcher {
  public:
   void add(std::unique_ptr<Algorithm> algorithm);
   Launched launch(Collective& c);
+  // The name of the algorithm launch(c) would run (it raises as launch does
+  // where none accepts).
+  const char* chosen_name(const Collective& c) const;
   std::vector<std::string> names() const;
   std::map<std::string, int64_t> counts() const;
 

@@ -1,5 +1,7 @@
 #include "backend/process_group_fastcomm.h"
 
+#include <algorithm>
+
 #include "algorithms/delegated.h"
 #include "algorithms/registry.h"
 #include "backend/validation.h"
@@ -156,6 +158,17 @@ void ProcessGroupFastcomm::count_refused_call() {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chrono::milliseconds op_timeout) {
+  if (!coalescing_.is_mine()) return run_call(std::move(c), op_timeout, false);
+  try {
+    return run_call(std::move(c), op_timeout, true);
+  } catch (const std::exception& e) {
+    coalescing_.abandon(e.what());  // torch's manager will not close the block its body raised in
+    throw;
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run_call(Collective c, std::chrono::milliseconds op_timeout,
+                                                              bool in_block) {
   // A handle kept past destroy_process_group: the peers' ops would meet nothing (or stale state).
   FC_CHECK(!closed_.load(std::memory_order_acquire), c.name, "this group was ", closed_how_,
            " on this rank (a handle used after destroy_process_group?); make a new group");
@@ -166,6 +179,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
            "CUDA tensors need NCCL: ", config_.cuda_unavailable_reason);
   try {
     validate(c, rank_, size_);
+    if (in_block) coalescing_.check_joins(c, c.device == c10::DeviceType::CUDA ? dispatcher_.chosen_name(c) : "");
   } catch (...) {
     // Only CPU calls meet the engine or the call check; NCCL's calls are not compared.
     if (!c.is_p2p() && c.device == c10::DeviceType::CPU) count_refused_call();
@@ -175,9 +189,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run(Collective c, std::chro
   // P2P calls are counted apart (as NCCL does): ranks issue different numbers
   // of them, and the group-wide number must agree across ranks.
   const uint64_t seq = c.is_p2p() ? ++p2p_sequence_number_ : ++sequence_number_;
+  if (in_block && c.device == c10::DeviceType::CUDA) return coalescing_.call_nccl(c);
   Launched launched = dispatcher_.launch(c);
-  return c10::make_intrusive<FastcommWork>(rank_, c.type, c.name, seq, c.timeout, std::move(launched),
-                                           c.result_tensors());
+  if (c.device == c10::DeviceType::CUDA && !c.is_p2p()) remember_cuda_works(launched.works);
+  auto work =
+      c10::make_intrusive<FastcommWork>(rank_, c.type, c.name, seq, c.timeout, std::move(launched), c.result_tensors());
+  if (in_block) coalescing_.add_cpu_work(work);
+  return work;
+}
+
+void ProcessGroupFastcomm::startCoalescing() {
+  coalescing_.start();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::endCoalescing() {
+  Coalescing::Ended ended = coalescing_.end(rank_);
+  if (ended.nccl_block) remember_cuda_works({ended.nccl_block});
+  return ended.work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::broadcast(std::vector<at::Tensor>& tensors,
@@ -185,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::broadcast(std::vector<at::T
   auto c = make(OpType::BROADCAST, "broadcast");
   c.inputs = tensors;
   c.peer = opts.rootRank;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce(std::vector<at::Tensor>& tensors,
@@ -193,8 +221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce(std::vector<at::T
   auto c = make(OpType::ALLREDUCE, "all_reduce");
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
-  c.blocking = !opts.asyncOp;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_low_precision(const at::Tensor& tensor,
@@ -210,8 +237,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allreduce_coalesced(std::ve
   auto c = make(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced");
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
-  c.blocking = !opts.asyncOp;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce(std::vector<at::Tensor>& tensors,
@@ -220,7 +246,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce(std::vector<at::Tens
   c.inputs = tensors;
   c.reduce_op = opts.reduceOp;
   c.peer = opts.rootRank;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -229,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather(std::vector<std::
   auto c = make(OpType::ALLGATHER, "all_gather");
   c.inputs = inputs;
   c.output_lists = outputs;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -237,7 +263,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::_allgather_base(at::Tensor&
   auto c = make(OpType::_ALLGATHER_BASE, "all_gather_into_tensor");
   c.inputs = {input};
   c.outputs = {output};
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_into_tensor_coalesced(
@@ -245,7 +271,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_into_tensor_coale
   auto c = make(OpType::ALLGATHER_COALESCED, "all_gather_into_tensor_coalesced");
   c.inputs = inputs;
   c.outputs = outputs;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_coalesced(
@@ -254,7 +280,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::allgather_coalesced(
   auto c = make(OpType::ALLGATHER_COALESCED, "all_gather_coalesced");
   c.inputs = inputs;
   c.output_lists = output_lists;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -264,7 +290,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::gather(std::vector<std::vec
   c.inputs = inputs;
   c.output_lists = outputs;
   c.peer = opts.rootRank;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::scatter(std::vector<at::Tensor>& outputs,
@@ -274,7 +300,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::scatter(std::vector<at::Ten
   c.outputs = outputs;
   c.input_lists = inputs;
   c.peer = opts.rootRank;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -284,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce_scatter(std::vector<
   c.outputs = outputs;
   c.input_lists = inputs;
   c.reduce_op = opts.reduceOp;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -293,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::_reduce_scatter_base(at::Te
   c.inputs = {input};
   c.outputs = {output};
   c.reduce_op = opts.reduceOp;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce_scatter_tensor_coalesced(
@@ -302,7 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::reduce_scatter_tensor_coale
   c.inputs = inputs;
   c.outputs = outputs;
   c.reduce_op = opts.reduceOp;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -314,7 +340,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::alltoall_base(at::Tensor& o
   c.outputs = {output};
   c.input_splits = input_splits;
   c.output_splits = output_splits;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::alltoall(std::vector<at::Tensor>& outputs,
@@ -323,7 +349,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::alltoall(std::vector<at::Te
   auto c = make(OpType::ALLTOALL, "all_to_all");
   c.inputs = inputs;
   c.outputs = outputs;
-  return run(std::move(c), opts.timeout);
+  return run_with_options(std::move(c), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
@@ -349,8 +375,49 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::recvAnysource(std::vector<a
   return run(std::move(c), c10d::kUnsetTimeout);
 }
 
+void ProcessGroupFastcomm::remember_cuda_works(const std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  std::lock_guard<std::mutex> lock(cuda_works_mutex_);
+  // isCompleted() on NCCL's works queries their CUDA events: no host wait. A
+  // work whose query fails is kept: barrier()'s wait raises its error.
+  auto done = [](const c10::intrusive_ptr<c10d::Work>& w) {
+    try {
+      return w->isCompleted();
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  cuda_works_.erase(std::remove_if(cuda_works_.begin(), cuda_works_.end(), done), cuda_works_.end());
+  cuda_works_.insert(cuda_works_.end(), works.begin(), works.end());
+}
+
+void ProcessGroupFastcomm::wait_for_cuda_works(std::chrono::milliseconds timeout) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(cuda_works_mutex_);
+    works.swap(cuda_works_);
+  }
+  // Given a timeout, NCCL's wait() blocks the host until the device has run
+  // the work (and raises NCCL's error, or at its timeout). All of them share
+  // `timeout`.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto& w : works) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    w->wait(std::max(left, std::chrono::milliseconds(1)));
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::barrier(const c10d::BarrierOptions& opts) {
-  return run(make(OpType::BARRIER, "barrier"), opts.timeout);
+  // As ProcessGroupNCCL's barrier (an all_reduce queued behind the
+  // collectives before it, waited for on the host), it returns once the CUDA
+  // collectives this rank queued before it have run (NCCL's part of them;
+  // fastcomm's kernels after NCCL are ordered by their works' wait()). Only
+  // collectives: every rank makes them, so every rank's wait ends, while a
+  // send may wait for a receive its peer posts only after the barrier. Each
+  // rank waits for its own before it meets the others, so no rank needs to
+  // know what its peers queued; the barrier itself runs on CPU.
+  wait_for_cuda_works(opts.timeout == c10d::kUnsetTimeout ? timeout() : opts.timeout);
+  return run_with_options(make(OpType::BARRIER, "barrier"), opts);
 }
 
 void ProcessGroupFastcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

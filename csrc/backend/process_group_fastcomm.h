@@ -12,13 +12,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "algorithms/call_check.h"
 #include "algorithms/dispatcher.h"
+#include "backend/coalescing.h"
 #include "core/collective.h"
 #include "core/config.h"
 #include "transport/shm/arena.h"
@@ -92,6 +95,20 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // Coalescing blocks (coalescing.h): every call between startCoalescing()
+  // and endCoalescing() completes as endCoalescing()'s one Work. Declared
+  // supported where the group has NCCL, so that dist.batch_isend_irecv runs
+  // its CUDA sends and receives in one NCCL group, as with NCCL's own backend.
+  // CPU-only groups do not declare it: their point-to-point ops never wait for
+  // one another, so a batch gains nothing from a block, and torch's manager
+  // leaves the group's Python coalescing state behind when its body raises
+  // (a later all_reduce on the group would then only be recorded, not run).
+  bool supportsCoalescing() const override {
+    return transports_.nccl != nullptr;
+  }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
   // Gloo's: reports which ranks failed to reach the barrier in time.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override;
@@ -129,6 +146,15 @@ class ProcessGroupFastcomm final : public c10d::Backend {
  private:
   // Validates `c`, stamps device and timeout, launches it, wraps it in a Work.
   c10::intrusive_ptr<c10d::Work> run(Collective c, std::chrono::milliseconds op_timeout);
+  // run() for a call made with torch's options: their timeout, and their
+  // asyncOp as Collective::blocking (the delegates get it back as asyncOp).
+  template <typename Options>
+  c10::intrusive_ptr<c10d::Work> run_with_options(Collective c, const Options& opts) {
+    c.blocking = !opts.asyncOp;
+    return run(std::move(c), opts.timeout);
+  }
+  // run()'s body; `in_block`: the call joins the calling thread's open coalescing block.
+  c10::intrusive_ptr<c10d::Work> run_call(Collective c, std::chrono::milliseconds op_timeout, bool in_block);
   // A collective this rank refused on its own still counts as a call (engine
   // and call check), so the ranks disagree on the next one instead of pairing
   // this rank's next call with the peers' refused one.
@@ -137,6 +163,7 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   std::atomic<int64_t> timeout_ms_;  // the group timeout; setTimeout may change it from another thread
   const Config config_;
   const Transports transports_;
+  Coalescing coalescing_{transports_.nccl};  // the open coalescing block, if any
   std::shared_ptr<shm::P2pChannels> p2p_;  // single-host groups: send/recv through shared memory
   std::shared_ptr<shm::Arena> arena_;      // single-host groups: allocateTensor's memory
   Dispatcher dispatcher_;
@@ -147,6 +174,14 @@ class ProcessGroupFastcomm final : public c10d::Backend {
   std::atomic<bool> closed_{false};
   const char* closed_how_ = "";
   std::shared_ptr<CallCheck> call_check_;  // the Gloo paths' call check (groups of 2+ ranks)
+
+  // NCCL's works under this rank's CUDA collectives (not point-to-point) that
+  // had not run when last looked at: barrier() waits for them. Pruned of
+  // completed ones as calls add; a barrier takes them all.
+  void remember_cuda_works(const std::vector<c10::intrusive_ptr<c10d::Work>>& works);
+  void wait_for_cuda_works(std::chrono::milliseconds timeout);
+  std::mutex cuda_works_mutex_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> cuda_works_;
 };
 
 }  // namespace fastcomm

@@ -99,7 +99,18 @@ bool FastcommWork::wait_future(std::chrono::milliseconds timeout, std::chrono::m
   return true;
 }
 
-bool FastcommWork::wait_works(std::chrono::milliseconds timeout) {
+bool FastcommWork::on_cuda() const {
+  return !results_.empty() && results_[0].is_cuda();
+}
+
+bool FastcommWork::wait_works(std::chrono::milliseconds timeout, std::chrono::milliseconds callers_timeout) {
+  // NCCL's p2p work: waited as collectives' works are (wait_future), with the
+  // caller's timeout only, so without one it orders the current stream and
+  // returns; waiting it again orders another stream.
+  if (on_cuda()) {
+    launched_.works[0]->wait(callers_timeout);
+    return true;
+  }
   // A delegated p2p work must be waited at most once: a second wait on a Gloo
   // recv waits for a second message.
   std::unique_lock<std::mutex> lock(future_mutex_);
@@ -126,7 +137,7 @@ bool FastcommWork::wait(std::chrono::milliseconds timeout) {
   constexpr std::chrono::milliseconds kSelfTimedGrace(1000);
   const auto limit = timeout != kNoTimeout ? timeout : launched_.self_timed ? timeout_ + kSelfTimedGrace : timeout_;
   if (launched_.driver) return launched_.driver->wait(limit);
-  return launched_.future ? wait_future(limit, timeout) : wait_works(limit);
+  return launched_.future ? wait_future(limit, timeout) : wait_works(limit, timeout);
 }
 
 void FastcommWork::synchronize() {
@@ -148,7 +159,18 @@ c10::intrusive_ptr<c10::ivalue::Future> FastcommWork::getFuture() {
   if (launched_.finished) return future_of(launched_, results_);  // made on the first request
   if (!p2p_future_) {
     TORCH_INTERNAL_ASSERT(launched_.works.size() == 1, "fastcomm: p2p launches hold exactly one work");
-    p2p_future_ = p2p_waited_ ? completed_future(results_) : future_by_waiting(launched_.works[0], results_, timeout_);
+    if (on_cuda()) {
+      // NCCL's p2p future: completed with the tensor once the transfer is
+      // queued, holding its CUDA events (as for its collectives).
+      try {
+        p2p_future_ = launched_.works[0]->getFuture();
+      } catch (const c10::Error&) {  // a work without one: waited on a helper thread (the host waits)
+      }
+      if (!p2p_future_) p2p_future_ = future_by_waiting(launched_.works[0], results_, timeout_);
+    } else {
+      p2p_future_ =
+          p2p_waited_ ? completed_future(results_) : future_by_waiting(launched_.works[0], results_, timeout_);
+    }
   }
   return p2p_future_;
 }

@@ -10,9 +10,11 @@
 //    isCompleted() is true once the device has run the works underneath.
 //  - getFuture() completes with the output tensors (a list), which is what
 //    DDP's reducer and torch's comm hooks read. For ops that finished inside
-//    launch() (Launched::finished) it is made on first request. For p2p ops, whose delegated
-//    works have no future, a future is made on first request and completed by
-//    a helper thread that waits for the work (bounded by the group timeout).
+//    launch() (Launched::finished) it is made on first request. For CPU p2p
+//    ops, whose delegated works have no future, a future is made on first
+//    request and completed by a helper thread that waits for the work
+//    (bounded by the group timeout); CUDA p2p ops return NCCL's own future,
+//    and their wait() is NCCL's (the caller's timeout only, as above).
 //    Shared-memory p2p ops have a driver: wait() and isCompleted() move the
 //    op on the calling thread (Launched::driver), and the driver makes the
 //    future on first request.
@@ -59,7 +61,8 @@ class FastcommWork final : public c10d::Work {
   // `timeout`: how long to wait for the future; `callers_timeout`: what the
   // caller passed (kNoTimeout when nothing), for NCCL's works.
   bool wait_future(std::chrono::milliseconds timeout, std::chrono::milliseconds callers_timeout);
-  bool wait_works(std::chrono::milliseconds timeout);
+  bool wait_works(std::chrono::milliseconds timeout, std::chrono::milliseconds callers_timeout);
+  bool on_cuda() const;  // the op's tensors are CUDA tensors (its works are NCCL's)
   [[noreturn]] void throw_timeout(std::chrono::milliseconds timeout) const;
 
   const char* op_name_;

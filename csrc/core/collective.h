@@ -64,9 +64,12 @@ struct Collective {
   std::vector<int64_t> output_splits;
   std::chrono::milliseconds timeout{0};  // always set (group timeout when the call gave none)
   // The caller waits for the result at once (torch's asyncOp false, as
-  // dist.all_reduce(..., async_op=False) passes): the op runs on the calling
-  // thread, never on the engine's op queue, whose hand-over would only add a
-  // thread wake-up to the call. Set by all_reduce and all_reduce_coalesced.
+  // dist.all_reduce(..., async_op=False) passes), set from every call's
+  // options: an all_reduce then runs on the calling thread, never on the
+  // engine's op queue, whose hand-over would only add a thread wake-up to the
+  // call; the delegates get it back as asyncOp, as a call made to them
+  // directly would pass it (ProcessGroupNCCL may then use the caller's
+  // current stream).
   bool blocking = false;
   c10::DeviceType device = c10::DeviceType::CPU;
   // ALLREDUCE only: set for a low-precision all_reduce. Only the algorithms

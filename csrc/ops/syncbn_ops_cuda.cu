@@ -21,13 +21,48 @@ namespace {
 constexpr int kElementwiseThreads = 256;
 constexpr int kChannelThreads = 128;
 
-unsigned elementwise_blocks(int64_t numel) {
-  const int64_t wanted = (numel + kElementwiseThreads - 1) / kElementwiseThreads;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, 65535)));
-}
+// Each statistics block reads at least this many elements, so a split's
+// partial sums (and their merge) cost little beside its reads.
+constexpr int64_t kMinBlockElements = 16384;
 
 unsigned channel_blocks(int64_t channels) {
   return static_cast<unsigned>((channels + kChannelThreads - 1) / kChannelThreads);
+}
+
+// How the statistics kernels split each channel's rows over grid.y: into
+// enough parts that the launch has about two blocks per SM (a 64-channel
+// batch would otherwise run on 64 blocks, or on 2 channels-last), each part at
+// least min_rows rows.
+struct RowSplit {
+  int64_t splits;
+  int64_t rows_per_split;
+};
+
+RowSplit split_rows_over_sms(int64_t channel_blocks, int64_t rows, int64_t min_rows) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t wanted = (2 * sms + channel_blocks - 1) / channel_blocks;
+  const int64_t most = std::max<int64_t>(1, rows / std::max<int64_t>(1, min_rows));
+  const int64_t splits = std::max<int64_t>(1, std::min({wanted, most, int64_t{65535}}));
+  const int64_t rows_per_split = (rows + splits - 1) / splits;
+  return {(rows + rows_per_split - 1) / rows_per_split, rows_per_split};  // no empty split
+}
+
+// The grid of normalize_kernel and grad_input_kernel (syncbn.cuh's
+// for_each_element): a block as wide as a run (up to kElementwiseThreads
+// threads), grid.x blocks along a run, grid.y over the runs.
+struct ElementwiseLaunch {
+  dim3 grid;
+  dim3 block;
+};
+
+ElementwiseLaunch elementwise_launch(const ChannelLayout& layout) {
+  const bool planes = layout.inner > 1;
+  const int64_t runs = planes ? layout.rows * layout.channels : layout.rows;
+  const int64_t run_length = planes ? layout.inner : layout.channels;
+  const int64_t threads = std::min<int64_t>(kElementwiseThreads, (run_length + 31) / 32 * 32);
+  const int64_t along = std::min<int64_t>((run_length + threads - 1) / threads, 65535);
+  const int64_t across = std::max<int64_t>(1, std::min<int64_t>(runs, 65535));
+  return {dim3(static_cast<unsigned>(along), static_cast<unsigned>(across)), dim3(static_cast<unsigned>(threads))};
 }
 
 // `t` converted to the statistics dtype (weights may be float16 or float32 beside a half input), or undefined.
@@ -47,18 +82,31 @@ at::Tensor local_stats_cuda(const at::Tensor& input) {
   at::Tensor packed = at::zeros({in.layout.packed_stats_size()}, input.options().dtype(at::kDouble));
   if (in.layout.per_channel() == 0) return packed;  // count 0, sums 0: joins the collective as a no-op
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const ChannelLayout& layout = in.layout;
+  const bool rows = layout.inner == 1;
+  const int64_t x_blocks = rows ? (layout.channels + kRowTileChannels - 1) / kRowTileChannels : layout.channels;
+  const RowSplit split = split_rows_over_sms(
+      x_blocks, layout.rows, rows ? kMinBlockElements / kRowTileChannels : kMinBlockElements / layout.inner);
+  at::Tensor partials;
+  if (split.splits > 1) partials = at::empty({split.splits * layout.channels * 2}, packed.options());
+  MomentSums* partial = split.splits > 1 ? reinterpret_cast<MomentSums*>(partials.data_ptr<double>()) : nullptr;
+  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(split.splits));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     const scalar_t* x = in.tensor.const_data_ptr<scalar_t>();
-    if (in.layout.inner == 1) {
-      const dim3 block(kRowTileChannels, kRowTileRows);
-      const unsigned grid = static_cast<unsigned>((in.layout.channels + kRowTileChannels - 1) / kRowTileChannels);
-      welford_rows_kernel<scalar_t><<<grid, block, 0, stream>>>(x, in.layout, packed.data_ptr<double>());
+    if (rows) {
+      moments_rows_kernel<scalar_t><<<grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
+          x, layout, split.rows_per_split, partial, packed.data_ptr<double>());
     } else {
-      welford_planes_kernel<scalar_t><<<static_cast<unsigned>(in.layout.channels), kPlaneThreads, 0, stream>>>(
-          x, in.layout, packed.data_ptr<double>());
+      moments_planes_kernel<scalar_t>
+          <<<grid, kPlaneThreads, 0, stream>>>(x, layout, split.rows_per_split, partial, packed.data_ptr<double>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+  if (split.splits > 1) {
+    merge_moments_kernel<<<channel_blocks(layout.channels), kChannelThreads, 0, stream>>>(partial, split.splits, layout,
+                                                                                          packed.data_ptr<double>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   return packed;
 }
 
@@ -106,7 +154,8 @@ at::Tensor normalize_cuda(const at::Tensor& input, const at::Tensor& mean, const
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
-    normalize_kernel<scalar_t><<<elementwise_blocks(output.numel()), kElementwiseThreads, 0, stream>>>(
+    const ElementwiseLaunch launch = elementwise_launch(in.layout);
+    normalize_kernel<scalar_t><<<launch.grid, launch.block, 0, stream>>>(
         in.tensor.const_data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), in.layout, m.const_data_ptr<Acc>(),
         inv.const_data_ptr<Acc>(), ptr_or_null<Acc>(w), ptr_or_null<Acc>(b));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -124,21 +173,33 @@ at::Tensor grad_sums_cuda(const at::Tensor& grad_output, const at::Tensor& input
   if (in.layout.per_channel() == 0) return sums;
   const at::Tensor m = mean.contiguous();
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const ChannelLayout& layout = in.layout;
+  const bool rows = layout.inner == 1;
+  const int64_t x_blocks = rows ? (layout.channels + kRowTileChannels - 1) / kRowTileChannels : layout.channels;
+  const RowSplit split = split_rows_over_sms(
+      x_blocks, layout.rows, rows ? kMinBlockElements / kRowTileChannels : kMinBlockElements / layout.inner);
+  at::Tensor partials;
+  if (split.splits > 1) partials = at::empty({split.splits * layout.channels * 2}, sums.options());
+  SumState* partial = split.splits > 1 ? reinterpret_cast<SumState*>(partials.data_ptr<double>()) : nullptr;
+  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(split.splits));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
     const scalar_t* g = dy.const_data_ptr<scalar_t>();
     const scalar_t* x = in.tensor.const_data_ptr<scalar_t>();
-    if (in.layout.inner == 1) {
-      const dim3 block(kRowTileChannels, kRowTileRows);
-      const unsigned grid = static_cast<unsigned>((in.layout.channels + kRowTileChannels - 1) / kRowTileChannels);
-      grad_sums_rows_kernel<scalar_t>
-          <<<grid, block, 0, stream>>>(g, x, in.layout, m.const_data_ptr<Acc>(), sums.data_ptr<double>());
+    if (rows) {
+      grad_sums_rows_kernel<scalar_t><<<grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
+          g, x, layout, m.const_data_ptr<Acc>(), split.rows_per_split, partial, sums.data_ptr<double>());
     } else {
-      grad_sums_planes_kernel<scalar_t><<<static_cast<unsigned>(in.layout.channels), kPlaneThreads, 0, stream>>>(
-          g, x, in.layout, m.const_data_ptr<Acc>(), sums.data_ptr<double>());
+      grad_sums_planes_kernel<scalar_t><<<grid, kPlaneThreads, 0, stream>>>(
+          g, x, layout, m.const_data_ptr<Acc>(), split.rows_per_split, partial, sums.data_ptr<double>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+  if (split.splits > 1) {
+    merge_grad_sums_kernel<<<channel_blocks(layout.channels), kChannelThreads, 0, stream>>>(
+        partial, split.splits, layout, sums.data_ptr<double>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   return sums;
 }
 
@@ -167,7 +228,8 @@ at::Tensor grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
         p.const_data_ptr<double>(), s.const_data_ptr<double>(), inv.const_data_ptr<Acc>(), ptr_or_null<Acc>(w),
         channels, coefficients.data_ptr<Acc>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    grad_input_kernel<scalar_t><<<elementwise_blocks(grad_input.numel()), kElementwiseThreads, 0, stream>>>(
+    const ElementwiseLaunch launch = elementwise_launch(in.layout);
+    grad_input_kernel<scalar_t><<<launch.grid, launch.block, 0, stream>>>(
         dy.const_data_ptr<scalar_t>(), in.tensor.const_data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(), in.layout,
         m.const_data_ptr<Acc>(), coefficients.const_data_ptr<Acc>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -189,6 +189,52 @@ def test_is_completed_follows_the_device(group):
     assert work.is_completed()
 
 
+def test_barrier_waits_for_queued_cuda_work(group):
+    """As ProcessGroupNCCL's barrier: it returns once the CUDA work this rank
+    queued before it has run on the device."""
+    outputs, work = _launch_behind_a_sleep("all_reduce")
+    dist.barrier()
+    assert work.is_completed(), "barrier() returned while an all_reduce queued before it had not run"
+    work.wait()
+    _assert_ordered(_copy_then_overwrite(outputs), outputs, "all_reduce", "after barrier()")
+
+
+def test_coalescing_manager_on_cuda(group):
+    """The coalescing manager's all_reduce fast path goes to NCCL inside NCCL's
+    own block; the block's work orders the waiting stream like any other."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    a, b = _full(torch.float32), _full(torch.float32, n=1000)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        a.fill_(NEW)
+        b.fill_(NEW)
+        with _coalescing_manager(device=torch.device("cuda"), async_ops=True) as cm:
+            dist.all_reduce(a)
+            dist.all_reduce(b)
+    cm.wait()
+    _assert_ordered(_copy_then_overwrite([a, b]), [a, b], "coalesced all_reduce", "after the block's wait()")
+
+
+def test_coalescing_block_refuses_calls_fastcomm_would_rewrite(group):
+    """Refused inside a block, a call closes the block (NCCL's too), so the
+    thread's later calls run unblocked."""
+    from torch.distributed.distributed_c10d import _get_default_group
+
+    pg = _get_default_group()
+    pg._start_coalescing(torch.device("cuda"))
+    with pytest.raises(RuntimeError, match="coalescing block.*contiguous_staging"):
+        dist.broadcast(_non_contiguous(torch.float32), src=0)
+    with pytest.raises(RuntimeError, match="no coalescing block is open"):
+        pg._end_coalescing(torch.device("cuda"))
+    t = _full(torch.float32, n=8)
+    dist.all_reduce(t)
+    assert torch.equal(t.cpu(), torch.full((8,), float(OLD)))
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="point-to-point on CUDA needs two GPUs (one rank each)")
 @pytest.mark.parametrize("batched", [False, True], ids=["isend_irecv", "batch_isend_irecv"])
 def test_point_to_point_orders_the_waiting_stream(batched):

@@ -32,6 +32,9 @@ SHAPES = [
     ((4, 19, 5, 7), True),
     ((2, 3, 4, 5, 6), True),
     ((0, 3, 4), False),
+    # Rows split over several blocks per channel, partial sums merged (syncbn.cuh).
+    ((64, 3, 32, 32), False),
+    ((64, 8, 16, 16), True),
 ]
 
 
@@ -139,3 +142,17 @@ def test_bad_arguments_refused_before_the_kernels():
     sums = torch.zeros(4, dtype=torch.float64, device=cuda)
     with pytest.raises(RuntimeError, match="fastcomm syncbn_grad_input: packed is on cpu, expected cuda"):
         ops.syncbn_grad_input(x, x, mean, invstd, None, sums, packed.cpu())
+
+
+@pytest.mark.parametrize("count", [0.0, 1.0])
+def test_finalize_with_too_few_values_keeps_the_running_statistics(count):
+    """The CPU op raises (tests/unit/test_syncbn_ops.py); the CUDA op cannot read
+    the count without waiting for the device, so it returns NaN statistics and
+    leaves the running statistics as they were (never NaN or inf in them)."""
+    cuda = torch.device("cuda")
+    packed = torch.tensor([count, 2.0 * count, 3.0 * count, 0.0, 0.0], dtype=torch.float64, device=cuda)
+    running_mean, running_var = torch.full((2,), 0.5, device=cuda), torch.full((2,), 2.0, device=cuda)
+    mean, invstd = ops.syncbn_finalize_stats(packed, 1e-5, 0.1, running_mean, running_var, torch.float32)
+    assert torch.isnan(mean).all() and torch.isnan(invstd).all()
+    assert torch.equal(running_mean.cpu(), torch.full((2,), 0.5))
+    assert torch.equal(running_var.cpu(), torch.full((2,), 2.0))

@@ -480,7 +480,7 @@ def point_to_point(rank, world_size):
         dist.P2POp(dist.irecv, got, prv),
     ]
     reqs = dist.batch_isend_irecv(ops)
-    reqs[1].get_future().wait()
+    reqs[-1].get_future().wait()
     for req in reqs:
         req.wait()
     assert_equal(got, torch.full((5,), prv, dtype=torch.int64), "batch_isend_irecv")

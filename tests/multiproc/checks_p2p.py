@@ -346,3 +346,85 @@ def subgroup_and_wait_timeout(rank, world_size):
     for req in [dist.isend(torch.full((3,), float(rank)), dst=nxt, tag=78), dist.irecv(got, src=prv, tag=78)]:
         req.wait()
     assert_equal(got, torch.full((3,), float(prv)), "the pair after a timed-out receive")
+
+
+def batched_and_coalesced(rank, world_size):
+    """A coalescing block (torch's _coalescing_manager, through which
+    batch_isend_irecv runs where the backend declares coalescing: groups with
+    NCCL) gives one work for its calls; every rank sends before it receives, to
+    both neighbours, at sizes from empty to larger than a channel. The
+    manager's all_reduce fast path completes through the block's work too. A
+    call that fails inside a block closes it; opening a block over an open one
+    closes the old one (both warn)."""
+    from torch.distributed.distributed_c10d import _coalescing_manager, _get_default_group
+
+    group, cpu = _get_default_group(), torch.device("cpu")
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for nbytes in [0, 4, CHUNK_BYTES + 4, RING_BYTES + 4096]:
+        numel = nbytes // 4
+        from_prv, from_nxt = torch.full((numel,), -1.0), torch.full((numel,), -1.0)
+        with _coalescing_manager(device=cpu, async_ops=True) as cm:
+            dist.isend(_message(rank, nxt, numel, torch.float32), dst=nxt)
+            dist.isend(_message(rank, prv, numel, torch.float32, salt=1), dst=prv)
+            dist.irecv(from_prv, src=prv)
+            dist.irecv(from_nxt, src=nxt)
+        assert len(cm.works) == 1, f"the block gave {len(cm.works)} works, not one"
+        cm.wait()
+        assert cm.works[0].is_completed()
+        assert_equal(from_prv, _message(prv, rank, numel, torch.float32), f"block from the previous rank, {nbytes} B")
+        assert_equal(
+            from_nxt, _message(nxt, rank, numel, torch.float32, salt=1), f"block from the next rank, {nbytes} B"
+        )
+    # batch_isend_irecv: one work where the backend declares coalescing, one per op elsewhere.
+    got = torch.zeros(5, dtype=torch.int64)
+    sent = torch.full((5,), rank, dtype=torch.int64)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, nxt), dist.P2POp(dist.irecv, got, prv)])
+    assert len(works) == (1 if group._get_backend(cpu).supports_coalescing else 2), len(works)
+    for work in works:
+        work.wait()
+    assert_equal(got, torch.full((5,), prv, dtype=torch.int64), "batch_isend_irecv")
+    # The block's future completes with every call's tensors, in call order.
+    got.zero_()
+    with _coalescing_manager(device=cpu, async_ops=True) as cm:
+        dist.isend(sent, dst=nxt)
+        dist.irecv(got, src=prv)
+    values = cm.works[0].get_future().wait()
+    assert [v.data_ptr() for v in values] == [sent.data_ptr(), got.data_ptr()], "the block's future's tensors"
+    assert_equal(got, torch.full((5,), prv, dtype=torch.int64), "a block through its future")
+    # The manager's fast path: the all_reduces are made as one all_reduce_coalesced inside the block.
+    a, b = torch.full((3,), float(rank)), torch.full((1000,), float(rank + 1))
+    with _coalescing_manager(device=cpu, async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    cm.wait()
+    total = world_size * (world_size - 1) / 2
+    assert_equal(a, torch.full((3,), total), "coalesced all_reduce (first)")
+    assert_equal(b, torch.full((1000,), total + world_size), "coalesced all_reduce (second)")
+    # A call refused inside a block closes it: the thread's later calls run unblocked.
+    group._start_coalescing(cpu)
+    try:
+        dist.isend(torch.zeros(8)[::2], dst=nxt)
+    except RuntimeError as e:
+        assert "must be contiguous" in str(e), e
+    else:
+        raise AssertionError("a non-contiguous isend was accepted")
+    try:
+        group._end_coalescing(cpu)
+    except RuntimeError as e:
+        assert "end_coalescing" in str(e) and "no coalescing block is open" in str(e), e
+    else:
+        raise AssertionError("the refused call left its block open")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert_equal(t, torch.full((3,), float(world_size)), "all_reduce after the closed block")
+    # Opening a block over an open one closes the old one; the new one works.
+    group._start_coalescing(cpu)
+    group._start_coalescing(cpu)
+    got.zero_()
+    dist.isend(sent, dst=nxt)
+    dist.irecv(got, src=prv)
+    group._end_coalescing(cpu).wait()
+    assert_equal(got, torch.full((5,), prv, dtype=torch.int64), "the block opened over an open one")
+    group._start_coalescing(cpu)
+    group._end_coalescing(cpu).wait()  # an empty block: a completed work
+    dist.barrier()

@@ -12,6 +12,7 @@ CHECKS = [
     checks.futures_without_wait,
     checks.path,
     checks.subgroup_and_wait_timeout,
+    checks.batched_and_coalesced,
 ]
 
 
