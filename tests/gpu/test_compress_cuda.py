@@ -84,6 +84,53 @@ def test_operators_do_not_sync():
     torch.cuda.synchronize()
 
 
+def _kernels_of_the_hooks(x, err, out, half, counter):
+    """Each compression operator and its sum, as the hooks call them; their outputs."""
+    ops.compress_multi_tensor_pack([x], half, 0.5, 100.0, counter)
+    ops.compress_multi_tensor_unpack(half, [out], 2.0)
+    results = [half.clone(), out.clone()]
+    p = ops.compress_int8_quantize(x, err, 256, False, 1)
+    ops.compress_int8_dequantize_sum(p.view(1, -1), out, 256, 1.0)
+    results += [p, out.clone()]
+    p = ops.compress_topk(x, err, 1000)
+    ops.compress_topk_sum(p.view(1, -1), out, 1.0)
+    results += [p, out.clone()]
+    p = ops.compress_sign(x, err)
+    ops.compress_sign_sum(p.view(1, -1), out, 1.0)
+    return results + [p, out.clone(), err.clone()]
+
+
+def test_hook_kernels_capture_in_a_cuda_graph():
+    """The hooks' kernels can be captured in a CUDA graph (no host
+    synchronisation, no allocation outside the graph's pool): a replay gives
+    what the same calls give eagerly, error feedback included."""
+    x = torch.randn(100000, device="cuda")
+
+    def buffers():  # error feedback, output, fp16 payload, clamp counter
+        return (
+            torch.zeros_like(x),
+            torch.empty_like(x),
+            torch.empty(100000, dtype=torch.float16, device="cuda"),
+            torch.zeros(1, dtype=torch.long, device="cuda"),
+        )
+
+    err, out, half, counter = buffers()
+    expected = _kernels_of_the_hooks(x, err, out, half, counter)
+    err, out, half, counter = buffers()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch's graph docs ask
+        _kernels_of_the_hooks(x, torch.zeros_like(err), torch.empty_like(out), torch.empty_like(half), counter.clone())
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _kernels_of_the_hooks(x, err, out, half, counter)
+    graph.replay()
+    torch.cuda.synchronize()
+    for i, (got, want) in enumerate(zip(captured, expected)):
+        assert torch.equal(got, want), f"result {i} of the captured kernels differs from the eager one"
+
+
 @pytest.mark.parametrize("op", ["compress_int8_dequantize_sum", "compress_sign_sum"])
 def test_misaligned_payloads_refused(op):
     """A gathered buffer that does not start 4-byte aligned is refused before a kernel
