@@ -14,6 +14,10 @@ batch with AdamW under DistributedDataParallel in these configurations:
   fastcomm+view     fastcomm with gradient_as_bucket_view=True (fastcomm's fast path:
                     the gradients are the buckets, no copies)
   fastcomm+fp16     fastcomm.hooks.register(ddp, "fp16")
+  fastcomm+queue    opt-in (--configs ... fastcomm+queue): fastcomm on a group whose
+                    buckets run on its op queue (FASTCOMM_SHM_ASYNC_MIN_BYTES=1 MiB,
+                    the automatic value only where each rank has two cores), to
+                    weigh that choice where ranks have one
 
 "adds" is what communication adds beyond DDP's bucket copies: step - noop
 (for local and fastcomm+view, whose copies are gone, step - local is shown
@@ -60,6 +64,8 @@ import results_record
 from fastcomm.bench.harness import DDP_WARMUP_STEPS, measured, spawn_ranks
 
 CONFIGS = ["local", "noop", "gloo", "gloo+fp16", "fastcomm", "fastcomm+view", "fastcomm+fp16"]
+OPT_IN_CONFIGS = ["fastcomm+queue"]
+QUEUE_MIN_BYTES = 1 << 20  # fastcomm+queue's FASTCOMM_SHM_ASYNC_MIN_BYTES
 MODELS = ["gpt2", "bert", "opt", "cnn"]
 BATCH, SEQUENCE = 2, 128
 
@@ -114,13 +120,36 @@ def noop_hook(state, bucket):
     return fut
 
 
-def wrap(config: str, model: nn.Module, gloo) -> nn.Module:
-    """`model` under DDP as `config` runs it (local: the model itself)."""
+def queue_group():
+    """A fastcomm group of every rank whose DDP buckets run on its op queue (fastcomm+queue)."""
+    name = "FASTCOMM_SHM_ASYNC_MIN_BYTES"  # read when a group is made
+    before = os.environ.get(name)
+    os.environ[name] = str(QUEUE_MIN_BYTES)
+    try:
+        return dist.new_group(backend="fastcomm")
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+def queue_ops(queue) -> int | None:
+    """How many all_reduces fastcomm+queue's group ran on its op queue (None without the group)."""
+    if queue is None:
+        return None
+    engine = queue._get_backend(torch.device("cpu")).shm_engine
+    return engine.queued_ops if engine is not None else 0
+
+
+def wrap(config: str, model: nn.Module, gloo, queue=None) -> nn.Module:
+    """`model` under DDP as `config` runs it (local: the model itself; queue:
+    fastcomm+queue's group)."""
     import fastcomm.hooks
 
     if config == "local":
         return model
-    group = gloo if config.startswith("gloo") or config == "noop" else None
+    group = gloo if config.startswith("gloo") or config == "noop" else queue if config == "fastcomm+queue" else None
     ddp = DDP(model, process_group=group, gradient_as_bucket_view=config == "fastcomm+view")
     if config == "noop":
         ddp.register_comm_hook(None, noop_hook)
@@ -185,6 +214,7 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
     )
     gloo = dist.new_group(backend="gloo")
     control = dist.new_group(backend="gloo")
+    queue = queue_group() if "fastcomm+queue" in args.configs else None
     rows = []
     for name in args.models:
         model, loss_of = build_model(name)
@@ -198,7 +228,7 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
             for config in order:
                 for p in model.parameters():
                     p.grad = None
-                net = wrap(config, model, gloo)
+                net = wrap(config, model, gloo, queue)
                 for s in range(args.warmup + args.steps):
                     dist.barrier(group=control)
                     w0, t0 = read_work(neighbour_path, busy), time.perf_counter()
@@ -224,6 +254,8 @@ def _rank(rank: int, nproc: int, store, args, neighbour_path: str, busy: int) ->
                 # The untimed steps (--warmup per pass, in order): their one-time costs.
                 "warmup_s": on_slowest_rank(untimed, args.configs, control),
                 "neighbour_work_per_s": rates if busy else None,
+                # fastcomm+queue's group: the all_reduces its op queue ran (None: not in the run)
+                "queued_ops": queue_ops(queue),
             }
         )
         measured(rank, f"{name} ({'beside %d busy' % busy if busy else 'quiet'})")
@@ -248,7 +280,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="local ranks (one torch thread each)")
     p.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
-    p.add_argument("--configs", nargs="+", choices=CONFIGS, default=CONFIGS)
+    p.add_argument("--configs", nargs="+", choices=CONFIGS + OPT_IN_CONFIGS, default=CONFIGS)
     p.add_argument("--conditions", nargs="+", choices=["quiet", "busy"], default=["quiet", "busy"])
     p.add_argument("--busy", type=int, default=1, help="busy processes in the 'busy' condition")
     p.add_argument(

@@ -440,6 +440,37 @@ def test_peers_timeline_prints_each_window_size():
     assert len(medians) == 5 and all(float(m) > 0 for m in medians), out.stdout
 
 
+def test_real_models_queue_configuration(tmp_path):
+    """The opt-in fastcomm+queue configuration runs DDP's buckets on its group's op queue."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(BENCHMARKS, "real_models.py"),
+            "--models",
+            "cnn",
+            "--conditions",
+            "quiet",
+            "--configs",
+            "gloo",
+            "fastcomm",
+            "fastcomm+queue",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--record",
+            str(tmp_path / "real_models.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (row,) = _record(tmp_path / "real_models.json", "real_models", "real_models.py")["results"]
+    assert list(row["step_s"]) == ["gloo", "fastcomm", "fastcomm+queue"] and all(t > 0 for t in row["step_s"].values())
+    assert row["queued_ops"] > 0, row  # the CNN's buckets are larger than the queue's 1 MiB
+
+
 def test_real_models_record_and_rendered_table(tmp_path):
     """The CNN (no transformers needed) beside a busy process: every configuration
     timed, the neighbour's work read, and the record rendered into docs/training.md's table."""
