@@ -47,6 +47,33 @@ RowSplit split_rows_over_sms(int64_t channel_blocks, int64_t rows, int64_t min_r
   return {(rows + rows_per_split - 1) / rows_per_split, rows_per_split};  // no empty split
 }
 
+// The launch of a statistics kernel pair (moments or grad sums): the rows
+// kernel where inner == 1, the planes kernel otherwise, its grid, its split,
+// and where the split has several parts the buffer of their partial sums
+// (two float64 per channel and part).
+struct StatsLaunch {
+  bool rows;
+  dim3 grid;
+  RowSplit split;
+  at::Tensor partials;  // undefined with one part
+};
+
+StatsLaunch stats_launch(const ChannelLayout& layout, const at::TensorOptions& doubles) {
+  StatsLaunch launch;
+  launch.rows = layout.inner == 1;
+  const int64_t x_blocks = launch.rows ? (layout.channels + kRowTileChannels - 1) / kRowTileChannels : layout.channels;
+  launch.split = split_rows_over_sms(
+      x_blocks, layout.rows, launch.rows ? kMinBlockElements / kRowTileChannels : kMinBlockElements / layout.inner);
+  launch.grid = dim3(static_cast<unsigned>(x_blocks), static_cast<unsigned>(launch.split.splits));
+  if (launch.split.splits > 1) launch.partials = at::empty({launch.split.splits * layout.channels * 2}, doubles);
+  return launch;
+}
+
+template <typename State>
+State* partials_or_null(const StatsLaunch& launch) {
+  return launch.partials.defined() ? reinterpret_cast<State*>(launch.partials.data_ptr<double>()) : nullptr;
+}
+
 // The grid of normalize_kernel and grad_input_kernel (syncbn.cuh's
 // for_each_element): a block as wide as a run (up to kElementwiseThreads
 // threads), grid.x blocks along a run, grid.y over the runs.
@@ -83,22 +110,17 @@ at::Tensor local_stats_cuda(const at::Tensor& input) {
   if (in.layout.per_channel() == 0) return packed;  // count 0, sums 0: joins the collective as a no-op
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const ChannelLayout& layout = in.layout;
-  const bool rows = layout.inner == 1;
-  const int64_t x_blocks = rows ? (layout.channels + kRowTileChannels - 1) / kRowTileChannels : layout.channels;
-  const RowSplit split = split_rows_over_sms(
-      x_blocks, layout.rows, rows ? kMinBlockElements / kRowTileChannels : kMinBlockElements / layout.inner);
-  at::Tensor partials;
-  if (split.splits > 1) partials = at::empty({split.splits * layout.channels * 2}, packed.options());
-  MomentSums* partial = split.splits > 1 ? reinterpret_cast<MomentSums*>(partials.data_ptr<double>()) : nullptr;
-  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(split.splits));
+  const StatsLaunch launch = stats_launch(layout, packed.options());
+  const RowSplit split = launch.split;
+  MomentSums* partial = partials_or_null<MomentSums>(launch);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     const scalar_t* x = in.tensor.const_data_ptr<scalar_t>();
-    if (rows) {
-      moments_rows_kernel<scalar_t><<<grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
+    if (launch.rows) {
+      moments_rows_kernel<scalar_t><<<launch.grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
           x, layout, split.rows_per_split, partial, packed.data_ptr<double>());
     } else {
-      moments_planes_kernel<scalar_t>
-          <<<grid, kPlaneThreads, 0, stream>>>(x, layout, split.rows_per_split, partial, packed.data_ptr<double>());
+      moments_planes_kernel<scalar_t><<<launch.grid, kPlaneThreads, 0, stream>>>(x, layout, split.rows_per_split,
+                                                                                 partial, packed.data_ptr<double>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -174,23 +196,18 @@ at::Tensor grad_sums_cuda(const at::Tensor& grad_output, const at::Tensor& input
   const at::Tensor m = mean.contiguous();
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const ChannelLayout& layout = in.layout;
-  const bool rows = layout.inner == 1;
-  const int64_t x_blocks = rows ? (layout.channels + kRowTileChannels - 1) / kRowTileChannels : layout.channels;
-  const RowSplit split = split_rows_over_sms(
-      x_blocks, layout.rows, rows ? kMinBlockElements / kRowTileChannels : kMinBlockElements / layout.inner);
-  at::Tensor partials;
-  if (split.splits > 1) partials = at::empty({split.splits * layout.channels * 2}, sums.options());
-  SumState* partial = split.splits > 1 ? reinterpret_cast<SumState*>(partials.data_ptr<double>()) : nullptr;
-  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(split.splits));
+  const StatsLaunch launch = stats_launch(layout, sums.options());
+  const RowSplit split = launch.split;
+  SumState* partial = partials_or_null<SumState>(launch);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), op, [&] {
     using Acc = acc_type<scalar_t>;
     const scalar_t* g = dy.const_data_ptr<scalar_t>();
     const scalar_t* x = in.tensor.const_data_ptr<scalar_t>();
-    if (rows) {
-      grad_sums_rows_kernel<scalar_t><<<grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
+    if (launch.rows) {
+      grad_sums_rows_kernel<scalar_t><<<launch.grid, dim3(kRowTileChannels, kRowTileRows), 0, stream>>>(
           g, x, layout, m.const_data_ptr<Acc>(), split.rows_per_split, partial, sums.data_ptr<double>());
     } else {
-      grad_sums_planes_kernel<scalar_t><<<grid, kPlaneThreads, 0, stream>>>(
+      grad_sums_planes_kernel<scalar_t><<<launch.grid, kPlaneThreads, 0, stream>>>(
           g, x, layout, m.const_data_ptr<Acc>(), split.rows_per_split, partial, sums.data_ptr<double>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
