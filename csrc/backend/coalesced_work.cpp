@@ -51,13 +51,17 @@ void CoalescedWork::abort() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
-  // One part (a block of one CPU call, or of CUDA calls: NCCL's one work): its
-  // own future, with any CUDA events. Several parts are CPU calls' (a block
-  // holds one device's calls), whose futures carry no events for collectAll
-  // to drop.
+  // One part: its own future, with any CUDA events. Several: collectAll,
+  // whose future carries no CUDA events, so only CPU parts' futures (which
+  // hold none) are combined.
   if (parts_.size() == 1) return parts_[0]->getFuture();
   c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(c10::FutureType::create(c10::ListType::ofTensors()));
-  for (auto& part : parts_) futures.push_back(part->getFuture());
+  for (auto& part : parts_) {
+    futures.push_back(part->getFuture());
+    TORCH_CHECK(futures.get(futures.size() - 1)->devices().empty(),
+                "fastcomm: get_future() of a coalescing block of several CUDA calls that ran apart is not "
+                "supported (their CUDA events cannot be combined here); wait() the block's work instead");
+  }
   return c10::collectAll(futures)->then(
       [](c10::ivalue::Future& all) -> c10::IValue {
         std::vector<at::Tensor> out;

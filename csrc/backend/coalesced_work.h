@@ -3,14 +3,15 @@
 // group's startCoalescing() and endCoalescing().
 //
 // Contract (ProcessGroupNCCL's for the same block):
-//  - its parts are the block's CPU calls' own works, in call order, and, where
-//    the block held CUDA calls, NCCL's work for its own block (which covers
-//    them all; the CUDA calls themselves return no work);
+//  - its parts are the works of the block's calls that ran as they were made,
+//    in call order, and, where the block opened NCCL's block, NCCL's work for
+//    it (which covers the calls NCCL took; they return no work themselves);
 //  - wait(timeout) waits the parts in order, each at most `timeout` (the
 //    group's where none is given), and rethrows the first error it meets
 //    (the parts after it are not waited);
 //    synchronize() and isCompleted() follow every part; getFuture() completes
-//    once every part's future has, with their results in call order.
+//    once every part's future has, with their results in call order (one
+//    part's future is its own; several CUDA parts have none: wait() them).
 #pragma once
 
 #include <vector>

@@ -36,15 +36,17 @@ void Coalescing::start() {
   if (stale) close_abandoned(*stale, "start_coalescing was called again before end_coalescing");
 }
 
-void Coalescing::check_joins(const Collective& c, const char* chosen) {
+bool Coalescing::joins_nccl_block(const Collective& c, const char* chosen) {
   std::lock_guard<std::mutex> lock(mutex_);
   FC_CHECK(!block_.device || *block_.device == c.device, c.name, "a coalescing block holds one device's calls: this ",
            "call's tensors are on ", c10::DeviceTypeName(c.device), ", the block's first call's on ",
            c10::DeviceTypeName(block_.device.value_or(c.device)));
-  FC_CHECK(c.device != c10::DeviceType::CUDA || std::strcmp(chosen, "nccl") == 0, c.name,
-           "inside a coalescing block (batch_isend_irecv, _coalescing_manager) CUDA calls go to NCCL as they are, ",
-           "and this one needs fastcomm's ", chosen,
+  const bool to_nccl = c.device == c10::DeviceType::CUDA && (c.is_p2p() || block_.nccl_open);
+  FC_CHECK(!to_nccl || std::strcmp(chosen, "nccl") == 0, c.name,
+           "inside a coalescing block with point-to-point calls (batch_isend_irecv) CUDA calls go to NCCL as they ",
+           "are, and this one needs fastcomm's ", chosen,
            " first: give it contiguous tensors of a dtype NCCL has, or make it outside the block");
+  return to_nccl;
 }
 
 c10::intrusive_ptr<c10d::Work> Coalescing::call_nccl(Collective& c) {
@@ -60,10 +62,10 @@ c10::intrusive_ptr<c10d::Work> Coalescing::call_nccl(Collective& c) {
   return call_backend(*nccl_, c);
 }
 
-void Coalescing::add_cpu_work(c10::intrusive_ptr<c10d::Work> work) {
+void Coalescing::add_work(const Collective& c, c10::intrusive_ptr<c10d::Work> work) {
   std::lock_guard<std::mutex> lock(mutex_);
-  block_.device = c10::DeviceType::CPU;
-  block_.cpu_works.push_back(std::move(work));
+  block_.device = c.device;
+  block_.works.push_back(std::move(work));
 }
 
 Coalescing::Ended Coalescing::end(int rank) {
@@ -76,7 +78,7 @@ Coalescing::Ended Coalescing::end(int rank) {
     block = take_locked();
   }
   Ended out;
-  std::vector<c10::intrusive_ptr<c10d::Work>> parts = std::move(block.cpu_works);
+  std::vector<c10::intrusive_ptr<c10d::Work>> parts = std::move(block.works);
   if (block.nccl_open) {
     c10::intrusive_ptr<c10d::Work> nccl_block = nccl_->endCoalescing();
     if (nccl_block) {

@@ -6,12 +6,14 @@
 // Contract, as ProcessGroupNCCL's:
 //  - a block belongs to the thread that opened it; calls from other threads
 //    run as if no block were open;
-//  - a block holds one device's calls. CUDA calls go to NCCL inside NCCL's own
-//    block (one ncclGroupStart/End: sends and receives between the same ranks
-//    cannot wait for each other) and return no work (None in Python); a CUDA
-//    call that fastcomm would first rewrite (a non-contiguous tensor, a dtype
-//    NCCL lacks) is refused. CPU calls run as they are made and also return
-//    their own works;
+//  - a block holds one device's calls. CUDA point-to-point calls go to NCCL
+//    inside NCCL's own block (one ncclGroupStart/End: sends and receives
+//    between the same ranks cannot wait for each other) and return no work
+//    (None in Python), and so does every CUDA call after the first of them; a
+//    call that goes there and that fastcomm would first rewrite (a dtype NCCL
+//    lacks) is refused. The other calls (CPU ones, CUDA collectives before
+//    any point-to-point call) run as they are made, through fastcomm's
+//    adapters where they need them, and also return their own works;
 //  - a call that fails inside a block closes the block (NCCL's too), with a
 //    warning: torch's manager never closes a block its body raised in, and an
 //    open block would capture the thread's later calls. Opening a block while
@@ -42,12 +44,14 @@ class Coalescing {
   }
 
   void start();
-  // Raises where `c` cannot join the open block; `chosen`: the algorithm the
-  // dispatcher would run `c` with.
-  void check_joins(const Collective& c, const char* chosen);
-  // A CUDA call: handed to NCCL inside NCCL's block; NCCL's work for it (null).
+  // Raises where `c` cannot join the open block; else whether it goes to
+  // NCCL's block (call_nccl) rather than run as it is made (add_work).
+  // `chosen`: the algorithm the dispatcher would run `c` with.
+  bool joins_nccl_block(const Collective& c, const char* chosen);
+  // Hands `c` to NCCL inside NCCL's block; NCCL's work for it (null).
   c10::intrusive_ptr<c10d::Work> call_nccl(Collective& c);
-  void add_cpu_work(c10::intrusive_ptr<c10d::Work> work);
+  // The work of a call that ran as it was made.
+  void add_work(const Collective& c, c10::intrusive_ptr<c10d::Work> work);
 
   struct Ended {
     c10::intrusive_ptr<c10d::Work> work;        // the block's work
@@ -62,7 +66,7 @@ class Coalescing {
     std::optional<c10::DeviceType> device;  // of its first call
     bool nccl_open = false;                 // NCCL's own block started (first CUDA call)
     bool cuda_collectives = false;          // a CUDA collective (not p2p) joined it
-    std::vector<c10::intrusive_ptr<c10d::Work>> cpu_works;  // its CPU calls' works, in call order
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // add_work's, in call order
   };
   // Takes the open block (none open afterwards); the caller holds mutex_.
   Block take_locked();

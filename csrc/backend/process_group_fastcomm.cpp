@@ -177,9 +177,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run_call(Collective c, std:
            c10::DeviceTypeName(c.device), " are not supported (CPU and CUDA only)");
   FC_CHECK(c.device != c10::DeviceType::CUDA || transports_.nccl, c.name,
            "CUDA tensors need NCCL: ", config_.cuda_unavailable_reason);
+  bool to_nccl_block = false;
   try {
     validate(c, rank_, size_);
-    if (in_block) coalescing_.check_joins(c, c.device == c10::DeviceType::CUDA ? dispatcher_.chosen_name(c) : "");
+    if (in_block) {
+      to_nccl_block =
+          coalescing_.joins_nccl_block(c, c.device == c10::DeviceType::CUDA ? dispatcher_.chosen_name(c) : "");
+    }
   } catch (...) {
     // Only CPU calls meet the engine or the call check; NCCL's calls are not compared.
     if (!c.is_p2p() && c.device == c10::DeviceType::CPU) count_refused_call();
@@ -189,12 +193,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFastcomm::run_call(Collective c, std:
   // P2P calls are counted apart (as NCCL does): ranks issue different numbers
   // of them, and the group-wide number must agree across ranks.
   const uint64_t seq = c.is_p2p() ? ++p2p_sequence_number_ : ++sequence_number_;
-  if (in_block && c.device == c10::DeviceType::CUDA) return coalescing_.call_nccl(c);
+  if (to_nccl_block) return coalescing_.call_nccl(c);
   Launched launched = dispatcher_.launch(c);
   if (c.device == c10::DeviceType::CUDA && !c.is_p2p()) remember_cuda_works(launched.works);
   auto work =
       c10::make_intrusive<FastcommWork>(rank_, c.type, c.name, seq, c.timeout, std::move(launched), c.result_tensors());
-  if (in_block) coalescing_.add_cpu_work(work);
+  if (in_block) coalescing_.add_work(c, work);
   return work;
 }
 

@@ -28,3 +28,22 @@ def p2p_stream_order(rank, world_size, batched, sleep_cycles):
         assert int(data.count_nonzero()) == 0, "the receive wrote after wait() returned"
     torch.cuda.synchronize()
     dist.barrier()
+
+
+def p2p_block_refuses_rewrites(rank, world_size):
+    """Inside batch_isend_irecv's block CUDA sends and receives go to NCCL as
+    they are: an int16 one (which fastcomm would move as another dtype) raises
+    on both ranks and closes the block; the next batch runs."""
+    import pytest
+
+    torch.cuda.set_device(rank)
+    peer = 1 - rank
+    bad = torch.zeros(8, dtype=torch.int16, device="cuda")
+    with pytest.raises(RuntimeError, match="coalescing block with point-to-point calls"):
+        dist.batch_isend_irecv([dist.P2POp(dist.isend if rank == 0 else dist.irecv, bad, peer)])
+    data = torch.full((8,), 3.0 if rank == 0 else 0.0, device="cuda")
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend if rank == 0 else dist.irecv, data, peer)]):
+        work.wait()
+    assert torch.equal(data.cpu(), torch.full((8,), 3.0)), data
+    torch.cuda.synchronize()
+    dist.barrier()

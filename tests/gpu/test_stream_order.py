@@ -200,8 +200,9 @@ def test_barrier_waits_for_queued_cuda_work(group):
 
 
 def test_coalescing_manager_on_cuda(group):
-    """The coalescing manager's all_reduce fast path goes to NCCL inside NCCL's
-    own block; the block's work orders the waiting stream like any other."""
+    """The coalescing manager's all_reduce fast path (one all_reduce_coalesced
+    inside a block without point-to-point calls) runs through fastcomm's flat
+    buffers as outside a block; the block's work orders the waiting stream."""
     from torch.distributed.distributed_c10d import _coalescing_manager
 
     a, b = _full(torch.float32), _full(torch.float32, n=1000)
@@ -219,20 +220,18 @@ def test_coalescing_manager_on_cuda(group):
     _assert_ordered(_copy_then_overwrite([a, b]), [a, b], "coalesced all_reduce", "after the block's wait()")
 
 
-def test_coalescing_block_refuses_calls_fastcomm_would_rewrite(group):
-    """Refused inside a block, a call closes the block (NCCL's too), so the
-    thread's later calls run unblocked."""
+def test_coalescing_block_without_point_to_point_keeps_the_adapters(group):
+    """A collective that fastcomm stages (non-contiguous) runs through its
+    adapter inside a block that has no point-to-point call, and the block's
+    work covers it."""
     from torch.distributed.distributed_c10d import _get_default_group
 
     pg = _get_default_group()
+    t = _non_contiguous(torch.float32)
     pg._start_coalescing(torch.device("cuda"))
-    with pytest.raises(RuntimeError, match="coalescing block.*contiguous_staging"):
-        dist.broadcast(_non_contiguous(torch.float32), src=0)
-    with pytest.raises(RuntimeError, match="no coalescing block is open"):
-        pg._end_coalescing(torch.device("cuda"))
-    t = _full(torch.float32, n=8)
-    dist.all_reduce(t)
-    assert torch.equal(t.cpu(), torch.full((8,), float(OLD)))
+    dist.broadcast(t, src=0, async_op=True)
+    pg._end_coalescing(torch.device("cuda")).wait()
+    assert torch.equal(t.cpu(), torch.full((ELEMENTS,), float(OLD)))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="point-to-point on CUDA needs two GPUs (one rank each)")
@@ -249,5 +248,22 @@ def test_point_to_point_orders_the_waiting_stream(batched):
     pool = RankPool(2)
     try:
         pool.run(checks_stream_order.p2p_stream_order, batched=batched, sleep_cycles=SLEEP_CYCLES)
+    finally:
+        pool.close()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="point-to-point on CUDA needs two GPUs (one rank each)")
+def test_point_to_point_block_refuses_rewrites_and_closes():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "multiproc"))
+    import checks_stream_order
+    from harness import RankPool
+
+    pool = RankPool(2)
+    try:
+        pool.run(checks_stream_order.p2p_block_refuses_rewrites)
     finally:
         pool.close()
