@@ -440,64 +440,37 @@ def test_peers_timeline_prints_each_window_size():
     assert len(medians) == 5 and all(float(m) > 0 for m in medians), out.stdout
 
 
-def test_real_models_queue_configuration(tmp_path):
-    """The opt-in fastcomm+queue configuration runs DDP's buckets on its group's op queue."""
+def _real_models_cnn_row(record, *args: str) -> dict:
+    """benchmarks/real_models.py on the CNN (no transformers needed), one untimed and one
+    timed step per configuration, recorded at `record`; the record's one row."""
     out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(BENCHMARKS, "real_models.py"),
-            "--models",
-            "cnn",
-            "--conditions",
-            "quiet",
-            "--configs",
-            "gloo",
-            "fastcomm",
-            "fastcomm+queue",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-            "--record",
-            str(tmp_path / "real_models.json"),
-        ],
+        [sys.executable, os.path.join(BENCHMARKS, "real_models.py"), "--models", "cnn", "--steps", "1"]
+        + ["--warmup", "1", "--record", str(record), *args],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    (row,) = _record(tmp_path / "real_models.json", "real_models", "real_models.py")["results"]
+    (row,) = _record(record, "real_models", "real_models.py")["results"]
+    return row
+
+
+def test_real_models_queue_configuration(tmp_path):
+    """The opt-in fastcomm+queue configuration runs DDP's buckets on its group's op queue."""
+    row = _real_models_cnn_row(
+        tmp_path / "real_models.json", "--conditions", "quiet", "--configs", "gloo", "fastcomm", "fastcomm+queue"
+    )
     assert list(row["step_s"]) == ["gloo", "fastcomm", "fastcomm+queue"] and all(t > 0 for t in row["step_s"].values())
     assert row["queued_ops"] > 0, row  # the CNN's buckets are larger than the queue's 1 MiB
 
 
 def test_real_models_record_and_rendered_table(tmp_path):
-    """The CNN (no transformers needed) beside a busy process: every configuration
-    timed, the neighbour's work read, and the record rendered into docs/training.md's table."""
+    """The CNN beside a busy process: every configuration timed, the neighbour's work
+    read, and the record rendered into docs/training.md's table."""
     # as benchmarks/real_models.py names them (the module is not imported here: it is the script under test)
     configs = ["local", "noop", "gloo", "gloo+fp16", "fastcomm", "fastcomm+view", "fastcomm+fp16"]
     results = tmp_path / "results"
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(BENCHMARKS, "real_models.py"),
-            "--models",
-            "cnn",
-            "--conditions",
-            "busy",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-            "--record",
-            str(results / "real_models.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    (row,) = _record(results / "real_models.json", "real_models", "real_models.py")["results"]
+    row = _real_models_cnn_row(results / "real_models.json", "--conditions", "busy")
     assert row["condition"] == "beside 1 busy process(es)" and row["busy"] == 1 and row["model"] == "cnn"
     assert list(row["step_s"]) == configs and all(t > 0 for t in row["step_s"].values()), row
     # the one untimed step of each configuration, kept apart from the timed ones
